@@ -1,0 +1,154 @@
+"""The normalised, centred key Gram matrix of one attention head and its KPCA value matrix.
+
+Every function is batched over any leading dimensions: keys of shape ``[..., N, d]`` (for example
+``[samples, heads, N, d]``) give Gram matrices ``[..., N, N]``. Formulas and names follow
+``shared/spec/claims.md`` §1; nothing here loops over heads or samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .errors import check_finite
+
+DEFAULT_DTYPE = torch.float64
+
+
+def resolve_scale(d: int, scale: float | None) -> float:
+    """The softmax scale s: the module's own scale if given, else 1/√d (spec §1)."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    return float(scale)
+
+
+def standardize_tokens(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Per-token standardisation over the feature axis: (x − mean)/(std + eps), unbiased std (spec §1)."""
+    mean = x.mean(dim=-1, keepdim=True)
+    std = x.std(dim=-1, keepdim=True, unbiased=True)
+    return (x - mean) / (std + eps)
+
+
+def score_matrix(k: torch.Tensor, scale: float) -> torch.Tensor:
+    """S = s·K Kᵀ, shape [..., N, N] (spec §1)."""
+    return scale * (k @ k.transpose(-1, -2))
+
+
+def log_normaliser(scores: torch.Tensor) -> torch.Tensor:
+    """log g_j = logsumexp_m S_jm, shape [..., N] (spec §1)."""
+    return torch.logsumexp(scores, dim=-1)
+
+
+def normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
+    """K_φ[i, j] = exp(S_ij − log g_i − log g_j), computed in log space; entries in (0, 1] (spec §1)."""
+    return torch.exp(scores - log_g.unsqueeze(-1) - log_g.unsqueeze(-2))
+
+
+def center_gram(gram: torch.Tensor) -> torch.Tensor:
+    """K̃ = H K H with H = I − 11ᵀ/N, by subtracting row and column means (spec §1)."""
+    row = gram.mean(dim=-1, keepdim=True)
+    col = gram.mean(dim=-2, keepdim=True)
+    return gram - row - col + gram.mean(dim=(-2, -1), keepdim=True)
+
+
+def fix_signs(vectors: torch.Tensor) -> torch.Tensor:
+    """Flip each column so that its entry of largest magnitude is positive (spec §1).
+
+    ``vectors`` has shape [..., N, m]; the sign rule makes results independent of the eigensolver.
+    """
+    idx = vectors.abs().argmax(dim=-2, keepdim=True)
+    pivot = torch.gather(vectors, -2, idx)
+    signs = torch.where(pivot < 0, -1.0, 1.0).to(vectors.dtype)
+    return vectors * signs
+
+
+def sorted_eigh(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eigenpairs of symmetric matrices, eigenvalues descending, signs fixed by :func:`fix_signs`.
+
+    Returns (μ [..., N], A [..., N, N]) with K A = A diag(μ) and unit columns.
+    """
+    sym = 0.5 * (matrix + matrix.transpose(-1, -2))
+    mu, vecs = torch.linalg.eigh(sym)
+    return mu.flip(-1), fix_signs(vecs.flip(-1))
+
+
+def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
+    """V̂ = G (I − 11ᵀ/N) A with G = diag(1/g_j): v̂_j = (a_j − mean_m a_m)/g_j (P1 Eq. 6; spec §1).
+
+    ``axes`` is A, shape [..., N, m]; ``log_g`` is log g, shape [..., N].
+    """
+    centred = axes - axes.mean(dim=-2, keepdim=True)
+    return centred * torch.exp(-log_g).unsqueeze(-1)
+
+
+def psd_spectral_norm(gram: torch.Tensor, iterations: int = 50) -> torch.Tensor:
+    """‖K‖₂ of symmetric PSD matrices [..., N, N] by power iteration from the all-ones vector.
+
+    For K_φ (positive entries) the Perron vector is positive, so the start is never orthogonal to
+    it. Returns the Rayleigh quotient [...], a lower bound that converges to ‖K‖₂.
+    """
+    x = torch.ones(gram.shape[:-1], dtype=gram.dtype, device=gram.device)
+    x = x / x.norm(dim=-1, keepdim=True)
+    for _ in range(iterations):
+        y = (gram @ x.unsqueeze(-1)).squeeze(-1)
+        x = y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(gram.dtype).tiny)
+    return (x * (gram @ x.unsqueeze(-1)).squeeze(-1)).sum(-1)
+
+
+def undetermined_threshold(gram: torch.Tensor) -> torch.Tensor:
+    """N·ε·‖K_φ‖₂, below which an eigenvalue of K̃ is round-off (spec §2, "Undetermined heads")."""
+    n = gram.shape[-1]
+    eps = torch.finfo(gram.dtype).eps
+    return n * eps * psd_spectral_norm(gram)
+
+
+class KeyGram:
+    """Everything claim V, J and E need from one batch of keys, computed once.
+
+    Attributes (shapes for keys [..., N, d]): ``scale`` (float), ``scores`` S [..., N, N],
+    ``log_g`` [..., N], ``gram`` K_φ [..., N, N], ``centred`` K̃ [..., N, N],
+    ``eigenvalues`` μ [..., N] (descending), ``eigenvectors`` A [..., N, N] (sign-fixed),
+    ``threshold`` N·ε·‖K_φ‖₂ [...], ``undetermined`` (μ_d ≤ threshold) bool [...].
+    """
+
+    def __init__(self, k: torch.Tensor, scale: float | None = None, standardize: bool = False,
+                 dtype: torch.dtype = DEFAULT_DTYPE):
+        if k.ndim < 2:
+            raise ValueError(f"keys must have shape [..., N, d], got {tuple(k.shape)}")
+        n, d = k.shape[-2], k.shape[-1]
+        self.n, self.d = n, d
+        self.scale = resolve_scale(d, scale)
+        k = k.to(dtype)
+        check_finite(k, "keys")
+        if standardize:
+            k = standardize_tokens(k)
+        self.keys = k
+        self.scores = score_matrix(k, self.scale)
+        self.log_g = log_normaliser(self.scores)
+        self.gram = normalized_gram(self.scores, self.log_g)
+        self.centred = center_gram(self.gram)
+        check_finite(self.centred, "centred Gram matrix")
+        self.eigenvalues, self.eigenvectors = sorted_eigh(self.centred)
+        self.threshold = undetermined_threshold(self.gram)
+        if d <= n:
+            self.undetermined = self.eigenvalues[..., d - 1] <= self.threshold
+        else:  # fewer tokens than value dimensions: V̂ cannot have d determined columns
+            self.undetermined = torch.ones(k.shape[:-2], dtype=torch.bool, device=k.device)
+
+    def axes(self, m: int | None = None) -> torch.Tensor:
+        """A = [a_1 … a_m], the top-m unit eigenvectors (m = d by default), shape [..., N, m]."""
+        m = self.d if m is None else m
+        return self.eigenvectors[..., : min(m, self.n)]
+
+    def kpca_values(self, convention: str = "p2") -> torch.Tensor:
+        """V̂ [..., N, min(d, N)]. ``"p2"``: unit a_m (the thresholds' convention); ``"kpca"``: a_m/√μ_m."""
+        axes = self.axes()
+        if convention == "kpca":
+            mu = self.eigenvalues[..., : axes.shape[-1]]
+            axes = axes / mu.clamp_min(torch.finfo(mu.dtype).tiny).sqrt().unsqueeze(-2)
+        elif convention != "p2":
+            raise ValueError(f"unknown axis convention {convention!r}; use 'p2' or 'kpca'")
+        return kpca_values(axes, self.log_g)
