@@ -152,3 +152,8 @@ class KeyGram:
         elif convention != "p2":
             raise ValueError(f"unknown axis convention {convention!r}; use 'p2' or 'kpca'")
         return kpca_values(axes, self.log_g)
+
+
+def orthonormalize(x: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis [..., N, m] of the column space of x [..., N, m] (QR), sign-fixed."""
+    return fix_signs(torch.linalg.qr(x).Q)

@@ -1,0 +1,40 @@
+"""Claim V: "value vectors are the eigenvectors of the centred key Gram matrix" (P1 §2; P2 finding 1).
+
+Each test passes when the claim is supported for its head (or model), fails when it is refuted or
+inconclusive, and is skipped when V̂ is undetermined. Thresholds: claims/thresholds.toml.
+"""
+
+import pytest
+
+from claims import claim_v
+from claims.verdicts import SUPPORTED, UNDETERMINED
+
+
+def test_value_vectors(head_ref, claim_session, record_result):
+    run = claim_session.run(head_ref.model)
+    record = claim_v.head_record(head_ref.model, head_ref.layer, head_ref.head,
+                                 run.claim_v_layer(head_ref.layer))
+    record_result(record, run)
+    text = claim_v.message(record, head_ref.id)
+    if record["verdict"] == UNDETERMINED:
+        pytest.skip(text)
+    assert record["verdict"] == SUPPORTED, text
+
+
+def test_value_vectors_model(model_ref, claim_session, record_result, collected_heads):
+    run = claim_session.run(model_ref.model)
+    layers, heads = collected_heads(model_ref.model)
+    per_layer = {layer: run.claim_v_layer(layer) for layer in layers}
+    head_verdicts: dict[str, int] = {}
+    for layer in layers:
+        for head in heads:
+            verdict = claim_v.head_record(model_ref.model, layer, head, per_layer[layer])["verdict"]
+            head_verdicts[verdict] = head_verdicts.get(verdict, 0) + 1
+    record = claim_v.model_record(model_ref.model, per_layer, heads, head_verdicts)
+    record_result(record, run)
+    text = claim_v.message(record, f"model {model_ref.model} (P2's aggregation over "
+                                   f"{len(layers)} layers x {len(heads)} heads x samples); "
+                                   f"head verdicts {head_verdicts}")
+    if record["verdict"] == UNDETERMINED:
+        pytest.skip(text)
+    assert record["verdict"] == SUPPORTED, text

@@ -1,0 +1,110 @@
+"""Verdicts: thresholds from ``claims/thresholds.toml`` applied to measured metrics.
+
+The claim tests are thin: they fetch metrics (computed by ``checks`` through ``fixtures``), call a
+verdict function from here, and assert on the result. Every threshold comes from the TOML file.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
+SUPPORTED, REFUTED, INCONCLUSIVE, UNDETERMINED = "supported", "refuted", "inconclusive", "undetermined"
+_OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One threshold: ``metric direction value``, with where the value comes from."""
+
+    metric: str
+    value: float
+    direction: str
+    source: str
+
+    def holds(self, measured: float) -> bool:
+        if not math.isfinite(measured):
+            return False
+        return _OPS[self.direction](measured, self.value)
+
+    def describe(self) -> str:
+        return f"{self.direction} {self.value:g}"
+
+
+@dataclass
+class Verdict:
+    """A verdict with its evidence: the rules it was judged by and the measured values."""
+
+    claim: str
+    verdict: str
+    metrics: dict[str, float]
+    supported_rules: list[Rule] = field(default_factory=list)
+    refuted_rules: list[Rule] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == SUPPORTED
+
+
+@lru_cache(maxsize=None)
+def load_thresholds(path: str | None = None) -> dict:
+    """The parsed thresholds file (validated: every rule has value, direction and source)."""
+    p = Path(path) if path else THRESHOLDS_FILE
+    data = tomllib.loads(p.read_text(encoding="utf-8"))
+    for claim, section in data.items():
+        for kind in ("supported", "refuted"):
+            for metric, rule in section.get(kind, {}).items():
+                missing = {"value", "direction", "source"} - set(rule)
+                if missing:
+                    raise ValueError(f"{p}: [{claim}.{kind}.{metric}] lacks {sorted(missing)}")
+                if rule["direction"] not in _OPS:
+                    raise ValueError(f"{p}: [{claim}.{kind}.{metric}] direction must be one of {sorted(_OPS)}")
+    return data
+
+
+def rules(claim: str, kind: str, path: str | None = None) -> list[Rule]:
+    section = load_thresholds(path)[claim].get(kind, {})
+    return [Rule(m, float(r["value"]), r["direction"], r["source"]) for m, r in section.items()]
+
+
+def judge(claim: str, metrics: dict[str, float], path: str | None = None) -> Verdict:
+    """Supported when every `supported` rule holds, refuted when every `refuted` rule holds."""
+    sup, ref = rules(claim, "supported", path), rules(claim, "refuted", path)
+    for rule in sup + ref:
+        if rule.metric not in metrics:
+            raise KeyError(f"{claim}: metric {rule.metric!r} needed by the thresholds is missing")
+    if sup and all(r.holds(metrics[r.metric]) for r in sup):
+        verdict = SUPPORTED
+    elif ref and all(r.holds(metrics[r.metric]) for r in ref):
+        verdict = REFUTED
+    else:
+        verdict = INCONCLUSIVE
+    return Verdict(claim, verdict, dict(metrics), sup, ref)
+
+
+def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
+                    extra: dict[str, float] | None = None) -> str:
+    """A multi-line, human-readable account of a verdict: each metric, its thresholds, its null."""
+    nulls = nulls or {}
+    lines = []
+    by_metric: dict[str, list[str]] = {}
+    for kind, rs in (("supported", v.supported_rules), ("refuted", v.refuted_rules)):
+        for r in rs:
+            mark = "yes" if r.holds(v.metrics[r.metric]) else "no"
+            by_metric.setdefault(r.metric, []).append(f"{kind} if {r.describe()} [{r.source}]: {mark}")
+    for metric, texts in by_metric.items():
+        null = nulls.get(metric)
+        null_txt = f"  (chance level {null:.4g})" if null is not None else ""
+        lines.append(f"  {metric:<26} {v.metrics[metric]:.4g}{null_txt}")
+        lines.extend(f"      {t}" for t in texts)
+    for name, value in (extra or {}).items():
+        null = nulls.get(name)
+        null_txt = f"  (chance level {null:.4g})" if null is not None else ""
+        lines.append(f"  {name:<26} {value:.4g}{null_txt}")
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""The on-disk cache: atomic entries, one build under concurrency, corruption, size limit."""
+
+import json
+import multiprocessing as mp
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.cache import Cache, atomic_write_text, stable_hash
+
+
+def _write(folder: Path, text: str = "payload") -> dict:
+    (folder / "data.txt").write_text(text)
+    return {"n": 1}
+
+
+def test_get_or_create_builds_once_and_verifies(tmp_path):
+    cache = Cache(tmp_path)
+    calls = []
+    build = lambda f: (calls.append(1), _write(f))[1]  # noqa: E731
+    first = cache.get_or_create("ns", "k1", build, info={"what": "test"})
+    second = cache.get_or_create("ns", "k1", build)
+    assert first == second and len(calls) == 1
+    meta = json.loads((first / "entry.json").read_text())
+    assert meta["info"] == {"what": "test", "n": 1}
+    assert set(meta["files"]) == {"data.txt"}
+
+
+def test_failed_build_leaves_nothing_trusted(tmp_path):
+    cache = Cache(tmp_path)
+
+    def broken(folder: Path):
+        (folder / "data.txt").write_text("half")
+        raise KeyboardInterrupt  # as if the run was killed mid-write
+
+    with pytest.raises(KeyboardInterrupt):
+        cache.get_or_create("ns", "k", broken)
+    assert cache.lookup("ns", "k") is None
+    assert not any(p.name.startswith(".k") for p in (tmp_path / "ns").iterdir())
+    assert cache.get_or_create("ns", "k", _write).joinpath("data.txt").read_text() == "payload"
+
+
+def test_incomplete_folder_without_manifest_is_not_trusted(tmp_path):
+    cache = Cache(tmp_path)
+    stale = cache.entry_dir("ns", "k")
+    stale.mkdir(parents=True)
+    (stale / "data.txt").write_text("from a killed run")
+    assert cache.lookup("ns", "k") is None
+    folder = cache.get_or_create("ns", "k", _write)
+    assert (folder / "data.txt").read_text() == "payload"
+
+
+def test_corrupt_entry_is_recomputed_with_warning(tmp_path):
+    cache = Cache(tmp_path)
+    folder = cache.get_or_create("ns", "k", _write)
+    (folder / "data.txt").write_text("tampered")
+    with pytest.warns(UserWarning, match="corrupt"):
+        assert cache.lookup("ns", "k") is None
+    assert (cache.get_or_create("ns", "k", _write) / "data.txt").read_text() == "payload"
+
+
+def _concurrent_build(root: str, log: str) -> str:
+    def build(folder: Path):
+        with open(log, "a") as f:
+            f.write("built\n")
+        time.sleep(0.5)
+        return _write(folder)
+
+    return str(Cache(root).get_or_create("ns", "shared", build))
+
+
+def test_two_processes_build_an_entry_once(tmp_path):
+    log = tmp_path / "log.txt"
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        folders = pool.starmap(_concurrent_build, [(str(tmp_path / "c"), str(log))] * 2)
+    assert folders[0] == folders[1]
+    assert log.read_text().count("built") == 1
+
+
+def test_size_limit_evicts_least_recently_used(tmp_path):
+    cache = Cache(tmp_path, max_bytes=2500)
+    for i in range(3):
+        cache.get_or_create("ns", f"k{i}", lambda f: _write(f, "x" * 1000))
+        time.sleep(0.02)
+    keys = sorted(p.name for p in cache.entries())
+    assert "k2" in keys and "k0" not in keys
+    assert cache.size_bytes() <= 2500 + 3000  # manifests are small
+    assert cache.clear() > 0 and cache.entries() == []
+
+
+def test_stable_hash_is_order_independent_and_atomic_write(tmp_path):
+    assert stable_hash({"a": 1, "b": [1, 2]}) == stable_hash({"b": [1, 2], "a": 1})
+    assert stable_hash({"a": 1}) != stable_hash({"a": 2})
+    target = tmp_path / "sub" / "r.json"
+    atomic_write_text(target, "{}")
+    assert target.read_text() == "{}" and list(target.parent.iterdir()) == [target]
