@@ -1,8 +1,28 @@
 """Pure, batched tensor math for the claims of Teo & Nguyen (2024), as specified in
 ``shared/spec/claims.md``. No models, no files, no pytest: tensors in, tensors out.
+
+Single-head entry points (tensors of shape [N, d]):
+- :func:`value_vector_metrics` — claim V (spec §2)
+- :func:`projection_terms` — claim J (spec §3)
+- :func:`gram_spectrum`, :func:`gamma_spread` — claim E (spec §4)
+Each has a batched twin over any leading dimensions in its module.
 """
 
+from . import gram
 from .errors import NonFiniteError, check_finite
 from .gram import KeyGram, resolve_scale, standardize_tokens
+from .projection import projection_terms, projection_terms_batched, spearman_rho, term_attribution
+from .value_vectors import METRIC_NAMES, value_vector_metrics, value_vector_metrics_batched
 
-__all__ = ["KeyGram", "NonFiniteError", "check_finite", "resolve_scale", "standardize_tokens"]
+__all__ = [
+    "KeyGram", "METRIC_NAMES", "NonFiniteError", "check_finite", "gram", "projection_terms",
+    "projection_terms_batched", "resolve_scale", "spearman_rho", "standardize_tokens",
+    "term_attribution", "value_vector_metrics", "value_vector_metrics_batched",
+]
+
+try:  # claim E (spec §4)
+    from .spectrum import gamma_spread, gram_spectrum  # noqa: F401
+
+    __all__ += ["gamma_spread", "gram_spectrum"]
+except ImportError:  # pragma: no cover - only while spectrum.py is being written
+    pass

@@ -1,0 +1,341 @@
+"""Claim J: the KPCA projection loss J_proj of one attention head and its two terms (spec §3).
+
+For queries Q ∈ R^{N×d}, keys K ∈ R^{M×d} and values V ∈ R^{M×d_v} of one head (self-attention has
+M = N), with kernel k(x, y) = exp(s·xᵀy) and g(q) = Σ_j k(q, k_j):
+
+- ‖φ(q_i)‖² = k(q_i, q_i)/g(q_i)² = exp(s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j)), computed in log space;
+- h_i = Σ_j softmax_j(s·q_iᵀk_j) v_j, the head output before the output projection, and ‖h_i‖²;
+- J_proj = (1/N) Σ_i (‖φ(q_i)‖² − ‖h_i‖²).
+
+Every tensor function is batched over any leading dimensions (``[..., N, d]``); nothing loops over
+heads or samples. The trend statistics (:func:`spearman_rho`, :func:`term_attribution`) work on an
+ordered series of checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .errors import check_finite
+from .gram import DEFAULT_DTYPE, resolve_scale, standardize_tokens
+
+VARIANTS = ("exact", "p1-code")
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks
+# ---------------------------------------------------------------------------------------------
+
+def _check_qk(q: torch.Tensor, k: torch.Tensor) -> None:
+    """Raise ValueError unless q is [..., N, d] and k is [..., M, d] with the same leading dims."""
+    if q.ndim < 2 or k.ndim < 2:
+        raise ValueError(f"queries and keys must have shape [..., N, d]; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}")
+    if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"queries {tuple(q.shape)} and keys {tuple(k.shape)} must share leading "
+                         "dimensions and the head dimension d")
+    if q.shape[-2] == 0 or k.shape[-2] == 0 or q.shape[-1] == 0:
+        raise ValueError(f"empty token or feature axis: q {tuple(q.shape)}, k {tuple(k.shape)}")
+
+
+def _check_kv(k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise ValueError unless v is [..., M, d_v] with the keys' leading dims and token count M."""
+    if v.ndim != k.ndim or v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"values {tuple(v.shape)} must have the keys' leading dimensions and token "
+                         f"count; keys are {tuple(k.shape)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The two terms of J_proj
+# ---------------------------------------------------------------------------------------------
+
+def query_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """S_q = s·Q Kᵀ, shape [..., N, M] (spec §3)."""
+    return scale * (q @ k.transpose(-1, -2))
+
+
+def log_phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """log ‖φ(q_i)‖² = s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j), shape [..., N] (spec §3).
+
+    Finite for any finite input: no exponential is ever formed.
+    """
+    _check_qk(q, k)
+    s = resolve_scale(q.shape[-1], scale)
+    log_g = torch.logsumexp(query_scores(q, k, s), dim=-1)
+    return s * (q * q).sum(-1) - 2.0 * log_g  # spec §3, ‖φ(q)‖² = exp(s‖q‖²)/g(q)²
+
+
+def _exp_checked(log_x: torch.Tensor, what: str) -> torch.Tensor:
+    """exp(log_x), raising NonFiniteError when the value leaves the dtype's range (overflow)."""
+    x = torch.exp(log_x)
+    check_finite(x, f"{what} (its log is finite, the value exceeds the dtype's range)",
+                 batch_dims=x.ndim - 1)
+    return x
+
+
+def phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """‖φ(q_i)‖² = exp(s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j)), shape [..., N] (spec §3).
+
+    Computed as the exponential of :func:`log_phi_sq_norm`, so it stays finite where the direct
+    formula exp(s‖q‖²)/(Σ_j exp(s·qᵀk_j))² overflows (keys and queries ×50). A value that itself
+    exceeds the dtype's range raises :class:`~checks.errors.NonFiniteError`; use
+    :func:`log_phi_sq_norm` then.
+    """
+    return _exp_checked(log_phi_sq_norm(q, k, scale), "‖φ(q)‖²")
+
+
+def log_phi_sq_norm_p1_code(q: torch.Tensor, k: torch.Tensor,
+                            scale: float | None = None) -> torch.Tensor:
+    """log of P1's *logged* ‖φ(q_i)‖² (variant "p1-code"; not the true value), shape [..., N].
+
+    P1's training code (``Reconstruction/softmax.py`` of the original repository) computed the
+    numerator as exp(q·q) — the scale s is missing — and the denominator as
+    exp(2·q·k₀ − log(softmax_0(s·q·k)²)), where k₀ is the key of the **first token** (index 0 on
+    the token axis: the class token of a ViT/DeiT) and q·k₀ is the *unscaled* score while the
+    softmax uses the scaled ones. Since softmax_0 = exp(s·q·k₀)/g(q), with g(q) = Σ_j exp(s·q·k_j),
+    the denominator is g(q)²·exp(2(1−s)·q·k₀), hence the closed form (spec §3)::
+
+        ‖φ(q)‖²_p1 = exp(q·q − 2(1−s)·q·k₀) / g(q)²,
+        ‖φ(q)‖²_p1 / ‖φ(q)‖²_exact = exp((1−s)·(q·q − 2·q·k₀)).
+
+    Returned in log space: q·q − 2(1−s)·q·k₀ − 2·log g(q).
+    """
+    _check_qk(q, k)
+    s = resolve_scale(q.shape[-1], scale)
+    log_g = torch.logsumexp(query_scores(q, k, s), dim=-1)
+    qk0 = (q * k[..., :1, :]).sum(-1)  # unscaled score against the first key
+    return (q * q).sum(-1) - 2.0 * (1.0 - s) * qk0 - 2.0 * log_g  # spec §3, P1's logged ‖φ‖²
+
+
+def head_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                scale: float | None = None) -> torch.Tensor:
+    """h_i = Σ_j softmax_j(s·q_iᵀk_j) v_j, shape [..., N, d_v] (spec §3).
+
+    The head output before the output projection; no dropout, no mask.
+    """
+    _check_qk(q, k)
+    _check_kv(k, v)
+    s = resolve_scale(q.shape[-1], scale)
+    return torch.softmax(query_scores(q, k, s), dim=-1) @ v
+
+
+def h_sq_norm(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              scale: float | None = None) -> torch.Tensor:
+    """‖h_i‖², shape [..., N] (spec §3)."""
+    h = head_output(q, k, v, scale)
+    return (h * h).sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-head summaries
+# ---------------------------------------------------------------------------------------------
+
+def projection_loss(phi_sq: torch.Tensor, h_sq: torch.Tensor) -> torch.Tensor:
+    """J_proj = (1/N) Σ_i (‖φ(q_i)‖² − ‖h_i‖²), shape [...] (spec §3; P1 repository issue #1)."""
+    return (phi_sq - h_sq).mean(-1)
+
+
+def bessel_share(phi_sq: torch.Tensor, h_sq: torch.Tensor, rtol: float = 0.0) -> torch.Tensor:
+    """Share of tokens with ‖h_i‖² ≤ ‖φ(q_i)‖²·(1 + rtol), shape [...] (spec §3, Bessel).
+
+    Only reports the share; the verdict's 99% bar is applied elsewhere. ``rtol`` (default 0, an
+    exact comparison) allows round-off in hand-built heads where the bound is nearly attained.
+    """
+    if rtol < 0:
+        raise ValueError(f"rtol must be ≥ 0, got {rtol!r}")
+    return (h_sq <= phi_sq * (1.0 + rtol)).to(phi_sq.dtype).mean(-1)
+
+
+def magnitude_log10_ratio(phi_sq: torch.Tensor, h_sq: torch.Tensor,
+                          log_phi_sq: torch.Tensor | None = None) -> torch.Tensor:
+    """log10(mean_i ‖h_i‖² / mean_i ‖φ(q_i)‖²), shape [...] (spec §3, Magnitude).
+
+    If ``log_phi_sq`` is given, mean ‖φ‖² is taken in log space (logsumexp − log N), which stays
+    exact when the ‖φ‖² themselves under- or overflow. Raises ValueError when a mean is zero or
+    infinite (e.g. all value vectors zero): the ratio is then undefined, never reported as ±inf/NaN.
+    """
+    n = h_sq.shape[-1]
+    if log_phi_sq is None:
+        log_mean_phi = torch.log(phi_sq.mean(-1))
+    else:
+        log_mean_phi = torch.logsumexp(log_phi_sq, dim=-1) - math.log(n)
+    ratio = (torch.log(h_sq.mean(-1)) - log_mean_phi) / math.log(10.0)  # spec §3, log10 ratio
+    if not bool(torch.isfinite(ratio).all()):
+        bad = tuple(int(i) for i in torch.nonzero(~torch.isfinite(ratio))[0]) if ratio.ndim else ()
+        raise ValueError(f"log10(mean ‖h‖² / mean ‖φ‖²) is undefined at batch index {bad}: a mean "
+                         "is zero or infinite (zero value vectors, or ‖φ‖² underflow: pass log_phi_sq)")
+    return ratio
+
+
+def p1_logged_value(phi_sq: torch.Tensor, h_sq: torch.Tensor,
+                    dim: int | tuple[int, ...] | None = None) -> torch.Tensor:
+    """P1's logged curve: log(mean(‖φ(q)‖² − ‖h‖²)) over ``dim`` (spec §3, "P1's logged quantity").
+
+    P1's code took, per layer, the natural log of the mean error over batch, heads and tokens
+    together (``dim=None``, the default: all elements) and then averaged those logs over the
+    layers. Fed with the "p1-code" ‖φ‖² it reproduces P1's curve; fed with the exact ‖φ‖² it is
+    usually undefined. The log of a non-positive mean is undefined: raises ValueError then.
+    """
+    err = phi_sq - h_sq
+    mean = err.mean() if dim is None else err.mean(dim=dim)
+    if not bool((mean > 0).all()):
+        raise ValueError("log(mean(‖φ‖² − ‖h‖²)) is undefined: the mean error is ≤ 0 (‖h‖² "
+                         "dominates); P1's logged value only exists when the mean error is positive")
+    return torch.log(mean)
+
+
+def projection_terms_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             scale: float | None = None, standardize: bool = False,
+                             variant: str = "exact",
+                             dtype: torch.dtype = DEFAULT_DTYPE) -> dict[str, torch.Tensor]:
+    """J_proj and its terms for a batch of heads (spec §3).
+
+    Parameters
+    ----------
+    q, k, v : Tensor [..., N, d], [..., M, d], [..., M, d_v]
+        Queries, keys and values of each head, any leading dims (e.g. [samples, heads]).
+    scale : float, optional
+        Softmax scale s; 1/√d when None.
+    standardize : bool
+        Standardise q and k per token over the d features first (spec §1), as P1's attention does
+        (P1 divides by the unbiased std without the 1e-8 of spec §1; the difference is negligible).
+    variant : {"exact", "p1-code"}
+        "exact" (default): the true ‖φ(q)‖². "p1-code": **P1's logged quantity, not the true
+        value** — ‖φ(q)‖² as P1's code computed it, exp(q·q − 2(1−s)·q·k₀)/g(q)² with k₀ the first
+        token's key (see :func:`log_phi_sq_norm_p1_code`). h is the same in both.
+    dtype : torch.dtype
+        Working dtype (float64 default).
+
+    Returns
+    -------
+    dict with "log_phi_sq" [..., N], "phi_sq" [..., N], "h_sq" [..., N], "j_proj" [...],
+    "bessel_share" [...] (share of tokens with ‖h‖² ≤ ‖φ‖²) and "log10_ratio" [...]
+    (log10(mean ‖h‖² / mean ‖φ‖²), with mean ‖φ‖² taken in log space).
+
+    Raises
+    ------
+    ValueError for bad shapes, variant or scale; NonFiniteError for non-finite inputs or a
+    ‖φ‖² beyond the dtype's range.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; use one of {VARIANTS}")
+    _check_qk(q, k)
+    _check_kv(k, v)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    for x, name in ((q, "queries"), (k, "keys"), (v, "values")):
+        check_finite(x, name)
+    if standardize:
+        q, k = standardize_tokens(q), standardize_tokens(k)
+    s = resolve_scale(q.shape[-1], scale)
+    if variant == "exact":
+        log_phi = log_phi_sq_norm(q, k, s)
+    else:
+        log_phi = log_phi_sq_norm_p1_code(q, k, s)
+    phi_sq = _exp_checked(log_phi, f"‖φ(q)‖² ({variant})")
+    h_sq = h_sq_norm(q, k, v, s)
+    check_finite(h_sq, "‖h‖²", batch_dims=h_sq.ndim - 1)
+    return {
+        "log_phi_sq": log_phi,
+        "phi_sq": phi_sq,
+        "h_sq": h_sq,
+        "j_proj": projection_loss(phi_sq, h_sq),
+        "bessel_share": bessel_share(phi_sq, h_sq),
+        "log10_ratio": magnitude_log10_ratio(phi_sq, h_sq, log_phi_sq=log_phi),
+    }
+
+
+def projection_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     scale: float | None = None, *, standardize: bool = False,
+                     variant: str = "exact") -> dict[str, torch.Tensor | float]:
+    """J_proj of a single head: q [N, d], k [M, d], v [M, d_v] (spec §3), in float64.
+
+    Returns {"phi_sq": Tensor [N], "h_sq": Tensor [N], "j_proj": float}: ‖φ(q_i)‖² and ‖h_i‖² per
+    query token and J_proj = mean_i(‖φ(q_i)‖² − ‖h_i‖²). See :func:`projection_terms_batched`
+    for the options and the batched form.
+    """
+    if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
+        raise ValueError(f"projection_terms takes one head: q [N, d], k [M, d], v [M, d_v]; got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)} "
+                         "(use projection_terms_batched for leading dims)")
+    out = projection_terms_batched(q, k, v, scale=scale, standardize=standardize, variant=variant,
+                                   dtype=torch.float64)
+    return {"phi_sq": out["phi_sq"], "h_sq": out["h_sq"], "j_proj": float(out["j_proj"])}
+
+
+# ---------------------------------------------------------------------------------------------
+# Trend over training
+# ---------------------------------------------------------------------------------------------
+
+def _check_series(*series: torch.Tensor, names: tuple[str, ...]) -> None:
+    """Raise ValueError unless the series share a shape [..., T] with T ≥ 2 and are finite."""
+    shape = series[0].shape
+    for x, name in zip(series, names):
+        if x.ndim < 1 or x.shape[-1] < 2:
+            raise ValueError(f"{name} must be an ordered series [..., T] with T ≥ 2, got {tuple(x.shape)}")
+        if x.shape != shape:
+            raise ValueError(f"{names[0]} {tuple(shape)} and {name} {tuple(x.shape)} must have the same shape")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains NaN or Inf")
+
+
+def average_ranks(x: torch.Tensor) -> torch.Tensor:
+    """Ranks 1..T along the last axis, ties given their average rank (as scipy's rankdata)."""
+    less = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)
+    equal = (x.unsqueeze(-2) == x.unsqueeze(-1)).sum(-1)
+    return less.to(torch.float64) + (equal.to(torch.float64) + 1.0) / 2.0
+
+
+def spearman_rho(values: torch.Tensor, steps: torch.Tensor) -> float:
+    """Spearman's ρ between a series [T] and its training steps [T] (spec §3, Trend).
+
+    The Pearson correlation of the average ranks (ties averaged). ρ < 0 means the series falls
+    with training. Raises ValueError for T < 2, non-finite entries, or a constant series (ρ is
+    undefined when either set of ranks has zero variance).
+    """
+    if values.ndim != 1 or steps.ndim != 1:
+        raise ValueError(f"values and steps must be 1-D series [T]; got {tuple(values.shape)}, "
+                         f"{tuple(steps.shape)}")
+    _check_series(values, steps, names=("values", "steps"))
+    rv = average_ranks(values.to(torch.float64))
+    rs = average_ranks(steps.to(torch.float64))
+    rv, rs = rv - rv.mean(), rs - rs.mean()
+    denom = torch.sqrt((rv * rv).sum() * (rs * rs).sum())
+    if float(denom) == 0.0:
+        raise ValueError("Spearman's ρ is undefined: values or steps are constant")
+    return float((rv * rs).sum() / denom)
+
+
+def term_attribution(phi_sq_means: torch.Tensor,
+                     h_sq_means: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Which term of J_proj = ‖φ‖² − ‖h‖² carries its change over a series (spec §3, Trend).
+
+    ``phi_sq_means`` and ``h_sq_means`` are [..., T]: mean ‖φ(q)‖² and mean ‖h‖² per checkpoint,
+    in training order. With Δx = x_last − x_first:
+    ΔJ = Δφ − Δh; share_phi = Δφ/ΔJ and share_h = −Δh/ΔJ, which sum to 1.
+
+    When ΔJ = 0 exactly the shares are undefined: both are reported as 0.0 and "defined" is False
+    (never NaN). All entries are tensors of shape [...] (0-d for one series): "j_first",
+    "j_last", "delta_j", "delta_phi", "delta_h", "share_phi", "share_h", "defined" (bool).
+    """
+    _check_series(phi_sq_means, h_sq_means, names=("phi_sq_means", "h_sq_means"))
+    phi = phi_sq_means.to(torch.float64)
+    h = h_sq_means.to(torch.float64)
+    j = phi - h  # spec §3, J_proj per checkpoint
+    d_phi = phi[..., -1] - phi[..., 0]
+    d_h = h[..., -1] - h[..., 0]
+    d_j = d_phi - d_h  # = J_last − J_first, written so that the two shares sum to 1
+    defined = d_j != 0
+    safe = torch.where(defined, d_j, torch.ones_like(d_j))
+    zero = torch.zeros_like(d_j)
+    return {
+        "j_first": j[..., 0],
+        "j_last": j[..., -1],
+        "delta_j": d_j,
+        "delta_phi": d_phi,
+        "delta_h": d_h,
+        "share_phi": torch.where(defined, d_phi / safe, zero),
+        "share_h": torch.where(defined, -d_h / safe, zero),
+        "defined": defined,
+    }

@@ -1,0 +1,196 @@
+"""Claim V — "value vectors are the Gram eigenvectors" (P1 §2; P2 finding 1; spec §2).
+
+Compares learned values V with the KPCA value matrix V̂ = G(I − 11ᵀ/N)A of the same head (spec §1,
+P1 Eq. 6) on every metric of spec §2, each beside its chance level: the same metric against a null
+V̂₀ = G(I − 11ᵀ/N)A₀ built from a random orthonormal basis A₀. Batched over any leading dimensions
+``[..., N, d]``; the only per-item loop is the assignment solver inside the optimal cosine.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from . import similarity
+from .errors import check_finite
+from .gram import DEFAULT_DTYPE, KeyGram, fix_signs, kpca_values
+
+METRIC_NAMES = (
+    "direct_cosine",
+    "optimal_cosine",
+    "linear_cka",
+    "kernel_cka",
+    "relative_frobenius",
+    "pearson",
+    "allclose",
+    "subspace_overlap",
+)
+
+METRICS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    name: getattr(similarity, name) for name in METRIC_NAMES
+}
+
+
+def random_orthonormal(n: int, m: int, seed: int, batch_shape: tuple[int, ...] = (),
+                       dtype: torch.dtype = DEFAULT_DTYPE) -> torch.Tensor:
+    """A random orthonormal basis A₀ of m columns in R^n for each batch index (spec §2, chance level).
+
+    QR of a float64 standard Gaussian [*batch_shape, n, m] drawn from a CPU ``torch.Generator``
+    seeded with ``seed``; the column space is uniform on the Grassmannian. Column signs are fixed by
+    :func:`checks.gram.fix_signs` (the rule V̂ uses), then the result is cast to ``dtype``: the same
+    seed gives the same basis on every machine and for every dtype. Requires 1 ≤ m ≤ n.
+
+    Returns
+    -------
+    Tensor [*batch_shape, n, m] on the CPU.
+    """
+    if not (isinstance(n, int) and isinstance(m, int) and 1 <= m <= n):
+        raise ValueError(f"random_orthonormal needs integers 1 <= m <= n, got n={n!r}, m={m!r}")
+    batch_shape = tuple(int(b) for b in batch_shape)
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    gauss = torch.randn(*batch_shape, n, m, generator=gen, dtype=torch.float64)
+    q, _ = torch.linalg.qr(gauss, mode="reduced")
+    return fix_signs(q).to(dtype)
+
+
+def _pad_columns(x: torch.Tensor, d: int) -> torch.Tensor:
+    """x [..., N, m] with m ≤ d, right-padded with zero columns to [..., N, d]."""
+    missing = d - x.shape[-1]
+    if missing == 0:
+        return x
+    zeros = torch.zeros(*x.shape[:-1], missing, dtype=x.dtype, device=x.device)
+    return torch.cat([x, zeros], dim=-1)
+
+
+def _all_metrics(v: torch.Tensor, v_hat: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every metric of spec §2 for V against V̂; allclose as 1.0/0.0 in v's dtype."""
+    out = {name: fn(v, v_hat) for name, fn in METRICS.items()}
+    out["allclose"] = out["allclose"].to(v.dtype)
+    return out
+
+
+def value_vector_metrics_batched(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float | None = None,
+    standardize: bool = False,
+    convention: str = "p2",
+    null_axes: torch.Tensor | None = None,
+    null_seed: int = 0,
+    dtype: torch.dtype = DEFAULT_DTYPE,
+) -> dict[str, torch.Tensor]:
+    """Claim-V metrics of learned values against V̂ and against the null V̂₀, batched (spec §2).
+
+    Parameters
+    ----------
+    k, v : Tensor [..., N, d]
+        Keys and learned values of each head, same shape (bias included, split per head).
+    scale : float, optional
+        Softmax scale s; 1/√d when None (:func:`checks.gram.resolve_scale`).
+    standardize : bool
+        Standardise keys per token before the Gram matrix (spec §1; recorded option).
+    convention : {"p2", "kpca"}
+        Axis normalisation of V̂: unit a_m (P2's, the thresholds' convention) or a_m/√μ_m.
+    null_axes : Tensor [..., N, m], optional
+        A₀ for the null, m = min(N, d), same leading shape as k. Default:
+        ``random_orthonormal(N, min(N, d), null_seed, batch_shape)``. The null always uses these
+        axes as given (unit columns), whatever ``convention`` is.
+    null_seed : int
+        Seed for the default A₀ (the caller derives it from the test id).
+    dtype : torch.dtype
+        Precision of all the math (float64 by default; float32 is an option to record).
+
+    Returns
+    -------
+    dict of Tensor [...]
+        Each name of :data:`METRIC_NAMES` (V vs V̂; ``allclose`` as 1.0/0.0 so a mean is the rate),
+        each name + ``"_null"`` (V vs V̂₀), ``"undetermined"`` (bool: μ_d ≤ N·ε·‖K_φ‖₂),
+        ``"mu_d"`` (μ_d; 0 when N < d, the missing eigenvalues of the padded spectrum) and
+        ``"threshold"`` (N·ε·‖K_φ‖₂).
+
+    Notes
+    -----
+    When N ≤ d, V̂ has only N eigen-directions: it (and V̂₀) is padded with zero columns to d and the
+    head is undetermined (KeyGram flags it); its metrics are computed all the same.
+    Raises :class:`checks.errors.NonFiniteError` for non-finite keys, values or Gram matrices.
+    """
+    if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
+        raise ValueError("k and v must be torch tensors of shape [..., N, d]")
+    if k.ndim < 2 or k.shape != v.shape:
+        raise ValueError(
+            f"keys and values must have the same shape [..., N, d]; got k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)}"
+        )
+    n, d = k.shape[-2], k.shape[-1]
+    if n < 2:
+        raise ValueError(f"claim V needs at least 2 tokens per head, got N={n}")
+    batch_shape = tuple(k.shape[:-2])
+    m = min(n, d)
+
+    gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype)
+    v = v.to(dtype)
+    check_finite(v, "values")
+    v_hat = _pad_columns(gram.kpca_values(convention), d)  # spec §1, P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
+
+    if null_axes is None:
+        a0 = random_orthonormal(n, m, null_seed, batch_shape, dtype=dtype).to(k.device)
+    else:
+        if not isinstance(null_axes, torch.Tensor) or tuple(null_axes.shape) != (*batch_shape, n, m):
+            got = tuple(null_axes.shape) if isinstance(null_axes, torch.Tensor) else null_axes
+            raise ValueError(f"null_axes must have shape {(*batch_shape, n, m)} (A₀), got {got}")
+        a0 = null_axes.to(device=k.device, dtype=dtype)
+        check_finite(a0, "null_axes")
+    v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # spec §2: V̂₀ = G(I − 11ᵀ/N)A₀
+
+    out = _all_metrics(v, v_hat)
+    out.update({f"{name}_null": val for name, val in _all_metrics(v, v_null).items()})
+    out["undetermined"] = gram.undetermined
+    if d <= n:
+        out["mu_d"] = gram.eigenvalues[..., d - 1]
+    else:
+        out["mu_d"] = torch.zeros(batch_shape, dtype=gram.eigenvalues.dtype, device=k.device)
+    out["threshold"] = gram.threshold
+    return out
+
+
+def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         scale: float | None = None, standardize: bool = False,
+                         seed: int = 0) -> dict[str, float]:
+    """Claim-V metrics for one attention head (spec §2): learned V vs V̂, and vs the null V̂₀.
+
+    Parameters
+    ----------
+    q : Tensor [N_q, d]
+        Queries of the head. Only its shape is checked: V̂ depends on the keys alone (spec §1),
+        so q is accepted for a uniform (q, k, v) interface and otherwise unused.
+    k, v : Tensor [N, d]
+        Keys and learned values of the head.
+    scale : float, optional
+        Softmax scale s; 1/√d when None.
+    standardize : bool
+        Standardise keys per token first (spec §1).
+    seed : int
+        Seed of the null basis A₀ (:func:`random_orthonormal`).
+
+    Returns
+    -------
+    dict[str, float]
+        Exactly 16 keys: the 8 :data:`METRIC_NAMES` and each with suffix ``"_null"``; ``allclose``
+        as 1.0 or 0.0. Computed in float64 with P2's axis convention. Use
+        :func:`value_vector_metrics_batched` for the undetermined flag and batches.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.ndim != 2:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a 2-D tensor [N, d] for one head, got {shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share the head dimension d; got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+    if v.shape != k.shape:
+        raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    res = value_vector_metrics_batched(k, v, scale=scale, standardize=standardize, null_seed=seed)
+    names = METRIC_NAMES + tuple(f"{name}_null" for name in METRIC_NAMES)
+    return {name: float(res[name]) for name in names}

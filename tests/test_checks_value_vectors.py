@@ -1,0 +1,383 @@
+"""Claim-V math (spec §2): the KPCA identity, the similarity metrics, the assignment, the null.
+
+float64 known answers, independent routes and invariances; small shapes except one chance-level test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from checks import similarity as sim
+from checks.assignment import optimal_matching
+from checks.gram import KeyGram, fix_signs
+from checks.value_vectors import (
+    METRIC_NAMES,
+    random_orthonormal,
+    value_vector_metrics,
+    value_vector_metrics_batched,
+)
+
+F64 = torch.float64
+SCALE_INVARIANT = ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka", "pearson",
+                   "subspace_overlap")
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
+    return scale * torch.randn(*shape, generator=gen(seed), dtype=F64)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def centring(n: int) -> torch.Tensor:
+    return torch.eye(n, dtype=F64) - torch.full((n, n), 1.0 / n, dtype=F64)
+
+
+# ---------------------------------------------------------------- spec §1: the exact identity
+
+@pytest.mark.parametrize("convention", ["p2", "kpca"])
+def test_attention_output_equals_kpca_projection(convention):
+    n, d, nq = 12, 4, 7
+    k, q = randn(n, d, seed=1), randn(nq, d, seed=2)
+    gram = KeyGram(k)
+    s = gram.scale
+    lhs = torch.softmax(s * q @ k.T, dim=-1) @ gram.kpca_values(convention)  # attention with V := V̂
+
+    # independent route: φ(x) = φ_k(x)/g(x), so φ(q_i)ᵀφ(k_j) = k(q_i,k_j)/(g(q_i) g(k_j)) (spec §1)
+    kq, kk = torch.exp(s * q @ k.T), torch.exp(s * k @ k.T)  # naive, fine at these magnitudes
+    phi_dot = kq / (kq.sum(-1, keepdim=True) * kk.sum(-1).unsqueeze(0))
+    phi_tilde_dot = phi_dot - phi_dot.mean(-1, keepdim=True)  # φ̃(k_j) = φ(k_j) − mean_m φ(k_m)
+    axes = gram.axes()
+    if convention == "kpca":
+        axes = axes / gram.eigenvalues[:d].sqrt()
+    rhs = phi_tilde_dot @ axes  # Σ_j a_jm φ(q_i)ᵀφ̃(k_j)
+    assert rel_err(lhs, rhs) < 1e-12
+
+    # and the axes really are the top-d eigenvectors of the naively built K̃ = H K_φ H
+    k_phi = kk / (kk.sum(-1, keepdim=True) * kk.sum(-1).unsqueeze(0))
+    h = centring(n)
+    k_tilde = h @ k_phi @ h
+    a = gram.axes()
+    assert rel_err(k_tilde @ a, a * gram.eigenvalues[:d]) < 1e-10
+    assert torch.allclose(a.T @ a, torch.eye(d, dtype=F64), atol=1e-12)
+
+
+def test_log_space_gram_matches_naive_and_survives_overflow():
+    k = randn(3, 9, 5, seed=3)
+    gram = KeyGram(k)
+    e = torch.exp(gram.scale * k @ k.transpose(-1, -2))
+    g = e.sum(-1)
+    naive = e / (g.unsqueeze(-1) * g.unsqueeze(-2))
+    assert rel_err(gram.gram, naive) < 1e-13
+    big = 40.0 * k  # S_ii ≈ 0.45·1600·5: exp overflows float64
+    assert not bool(torch.isfinite(torch.exp(KeyGram(big).scores)).all())
+    gb = KeyGram(big).gram
+    assert bool(torch.isfinite(gb).all()) and float(gb.max()) <= 1.0 and float(gb.min()) >= 0.0
+
+
+# ---------------------------------------------------------------- known answers
+
+def test_v_equal_to_v_hat_scores_perfectly():
+    k = randn(2, 3, 20, 5, seed=4)
+    v_hat = KeyGram(k).kpca_values()
+    r = value_vector_metrics_batched(k, v_hat.clone())
+    for name in ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka", "pearson",
+                 "subspace_overlap", "allclose"):
+        assert torch.allclose(r[name], torch.ones(2, 3, dtype=F64), atol=1e-10), name
+    assert float(r["relative_frobenius"].abs().max()) == 0.0
+    assert not bool(r["undetermined"].any())
+    assert bool((r["mu_d"] > r["threshold"]).all())
+    assert set(r) == {*METRIC_NAMES, *(f"{m}_null" for m in METRIC_NAMES), "undetermined", "mu_d",
+                      "threshold"}
+
+
+def test_null_with_the_true_axes_equals_the_metrics():
+    k, v = randn(2, 15, 4, seed=5), randn(2, 15, 4, seed=6)
+    r = value_vector_metrics_batched(k, v, null_axes=KeyGram(k).axes())
+    for name in METRIC_NAMES:
+        assert torch.equal(r[name], r[f"{name}_null"]), name
+
+
+def test_kpca_convention_rescales_columns_by_inverse_root_eigenvalue():
+    gram = KeyGram(randn(16, 4, seed=7))
+    ratio = gram.kpca_values("kpca") / gram.kpca_values("p2")
+    assert torch.allclose(ratio, gram.eigenvalues[:4].rsqrt().expand_as(ratio), rtol=1e-12)
+
+
+def test_identical_keys_and_few_tokens_are_undetermined():
+    same = randn(1, 6, seed=8).expand(10, 6).clone()  # K_φ constant, K̃ = 0
+    r = value_vector_metrics_batched(same, randn(10, 6, seed=9))
+    assert bool(r["undetermined"])
+    for n, d in ((4, 6), (6, 6)):  # N ≤ d: at most N − 1 non-zero eigenvalues
+        k, v = randn(n, d, seed=10), randn(n, d, seed=11)
+        r = value_vector_metrics_batched(k, v)
+        assert bool(r["undetermined"]), (n, d)
+        assert all(bool(torch.isfinite(r[m])) for m in METRIC_NAMES)
+        assert all(bool(torch.isfinite(r[f"{m}_null"])) for m in METRIC_NAMES)
+    assert float(value_vector_metrics_batched(randn(4, 6, seed=10), randn(4, 6, seed=11))["mu_d"]) == 0.0
+    assert not bool(value_vector_metrics_batched(randn(30, 6, seed=12), randn(30, 6, seed=13))[
+        "undetermined"])
+
+
+def test_independent_random_values_sit_at_the_null():
+    n, d, heads = 197, 64, 8  # spec §2: optimal cosine ≈ 0.32, overlap ≈ d/N ≈ 0.32 at chance
+    k = randn(heads, n, d, seed=14, scale=0.3)  # moderate scores: eigenvectors spread over tokens
+    v = randn(heads, n, d, seed=15)
+    r = value_vector_metrics_batched(k, v, null_seed=16)
+    assert not bool(r["undetermined"].any())
+    mean = {name: float(r[name].to(F64).mean()) for name in r if name != "undetermined"}
+    assert 0.30 < mean["optimal_cosine"] < 0.34 and 0.30 < mean["optimal_cosine_null"] < 0.34
+    assert abs(mean["subspace_overlap"] - d / n) < 0.01
+    assert abs(mean["subspace_overlap_null"] - d / n) < 0.01
+    for name, tol in (("direct_cosine", 0.02), ("pearson", 0.02), ("optimal_cosine", 0.01),
+                      ("linear_cka", 0.02), ("kernel_cka", 0.02), ("relative_frobenius", 1e-4),
+                      ("allclose", 0.0)):
+        assert abs(mean[name] - mean[f"{name}_null"]) <= tol, name
+    assert abs(mean["direct_cosine"]) < 0.02 and mean["allclose"] == 0.0
+    assert abs(mean["relative_frobenius"] - 1.0) < 1e-4  # V̂ carries 1/g_j: tiny beside V
+
+
+# ---------------------------------------------------------------- similarity metrics
+
+def test_linear_cka_feature_form_equals_gram_form():
+    x, y = randn(3, 11, 4, seed=17), randn(3, 11, 6, seed=18)[..., :4] + 0.5 * randn(3, 11, 4, seed=17)
+    h = centring(11)
+    hkx = h @ (x @ x.transpose(-1, -2)) @ h
+    hky = h @ (y @ y.transpose(-1, -2)) @ h
+    ref = (hkx * hky).sum((-2, -1)) / (hkx.norm(dim=(-2, -1)) * hky.norm(dim=(-2, -1)))
+    assert rel_err(sim.linear_cka(x, y), ref) < 1e-12
+
+
+def test_kernel_cka_matches_independent_route():
+    x, y = randn(2, 9, 3, seed=19), randn(2, 9, 3, seed=20)
+    h = centring(9)
+
+    def rbf(a):
+        d2 = torch.cdist(a, a) ** 2
+        d2 = d2 * (1 - torch.eye(9, dtype=F64))
+        iu = torch.triu_indices(9, 9, 1)
+        vals = sorted(d2[iu[0], iu[1]].tolist())
+        sigma2 = vals[(len(vals) - 1) // 2]  # lower middle value
+        return h @ torch.exp(-d2 / (2 * sigma2)) @ h
+
+    for b in range(2):
+        kx, ky = rbf(x[b]), rbf(y[b])
+        ref = (kx * ky).sum() / (kx.norm() * ky.norm())
+        assert abs(float(sim.kernel_cka(x, y)[b]) - float(ref)) < 1e-12
+
+
+def test_median_bandwidth_is_the_lower_middle_value():
+    x = torch.tensor([[0.0], [1.0], [3.0], [7.0]], dtype=F64)  # pair distances² 1,4,9,16,36,49
+    assert float(sim.median_bandwidth(x)) == 9.0
+    d2 = sim.squared_distances(x)
+    assert float(d2[0, 3]) == 49.0 and torch.equal(d2.diagonal(), torch.zeros(4, dtype=F64))
+    y = torch.tensor([[0.0], [2.0], [1.0], [5.0]], dtype=F64)
+    h = centring(4)
+
+    def cka_with(sx):
+        kx = h @ torch.exp(-d2 / (2 * sx)) @ h
+        ky = h @ torch.exp(-sim.squared_distances(y) / (2 * float(sim.median_bandwidth(y)))) @ h
+        return float((kx * ky).sum() / (kx.norm() * ky.norm()))
+
+    got = float(sim.kernel_cka(x, y))
+    assert abs(got - cka_with(9.0)) < 1e-14
+    assert abs(got - cka_with(12.5)) > 1e-4  # the mean of the middle values gives another answer
+
+
+def test_squared_distances_exact_zero_diagonal_and_agree_with_cdist():
+    x = randn(2, 30, 8, seed=21, scale=1e3) + 1e4
+    d2 = sim.squared_distances(x)
+    assert torch.equal(d2.diagonal(dim1=-2, dim2=-1), torch.zeros(2, 30, dtype=F64))
+    assert bool((d2 >= 0).all())
+    assert rel_err(d2, torch.cdist(x, x) ** 2) < 1e-9
+
+
+def test_cka_invariances():
+    x, y = randn(2, 14, 5, seed=22), randn(2, 14, 5, seed=23)
+    q1 = random_orthonormal(5, 5, seed=1, batch_shape=(2,))
+    q2 = random_orthonormal(5, 5, seed=2, batch_shape=(2,))
+    signs = torch.tensor([1.0, -1.0, -1.0, 1.0, -1.0], dtype=F64)
+    lin, ker = sim.linear_cka(x, y), sim.kernel_cka(x, y)
+    for xx, yy in ((3.7 * x @ q1, y), (x, y * signs), (x @ q1, 0.02 * y @ q2), (x + 5.0, y)):
+        assert torch.allclose(sim.linear_cka(xx, yy), lin, rtol=0, atol=1e-12)
+    for xx, yy in ((3.7 * x @ q1, y), (x @ q1, 0.02 * y @ q2), (x * signs, y)):
+        assert torch.allclose(sim.kernel_cka(xx, yy), ker, rtol=0, atol=1e-12)
+    stretch = torch.tensor([1.0, 10.0, 1.0, 1.0, 0.1], dtype=F64)  # not an isotropic map
+    assert float((sim.linear_cka(x * stretch, y) - lin).abs().min()) > 1e-3
+    assert float((sim.kernel_cka(x * stretch, y) - ker).abs().min()) > 1e-3
+
+
+def test_scale_invariant_metrics_survive_tiny_and_huge_scales():
+    x, y = randn(2, 12, 4, seed=24), randn(2, 12, 4, seed=25)
+    for name in SCALE_INVARIANT:
+        fn = getattr(sim, name)
+        base = fn(x, y)
+        for c in (1e-170, 1e170):  # V̂ carries 1/g_j, which can be this small
+            assert torch.allclose(fn(x, c * y), base, rtol=0, atol=1e-12), (name, c)
+            assert torch.allclose(fn(c * x, y), base, rtol=0, atol=1e-12), (name, c)
+    assert torch.allclose(sim.relative_frobenius(1e200 * x, 1e200 * y), sim.relative_frobenius(x, y),
+                          rtol=1e-14, atol=0)
+
+
+def test_direct_optimal_cosine_and_pearson_hand_cases():
+    x = randn(3, 10, 6, seed=26)
+    perm = torch.tensor([3, 0, 1, 2, 9, 8, 7, 6, 5, 4])
+    y = 2.0 * x[..., perm, :]
+    assert torch.allclose(sim.optimal_cosine(x, y), torch.ones(3, dtype=F64), atol=1e-14)
+    assert bool((sim.direct_cosine(x, y) < 0.9).all())
+    other = randn(3, 10, 6, seed=27)
+    assert bool((sim.optimal_cosine(x, other) >= sim.direct_cosine(x, other) - 1e-15).all())
+    # cos of (1,0) with (1,1) and of (0,1) with (−1,0): mean of √½ and 0
+    a = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=F64)
+    b = torch.tensor([[1.0, 1.0], [-1.0, 0.0]], dtype=F64)
+    assert abs(float(sim.direct_cosine(a, b)) - 0.5 * math.sqrt(0.5)) < 1e-15
+    # Pearson is centred per token: an offset and a positive scale per token leave it at 1
+    assert torch.allclose(sim.pearson(x, 3.0 * x + torch.arange(10.0, dtype=F64)[:, None]),
+                          torch.ones(3, dtype=F64), atol=1e-14)
+    assert torch.allclose(sim.pearson(x, -x), -torch.ones(3, dtype=F64), atol=1e-14)
+
+
+def test_allclose_and_relative_frobenius():
+    y = randn(2, 5, 3, seed=28)
+    assert bool(sim.allclose(y + 0.9e-3 * y.abs(), y).all())
+    bumped = y.clone()
+    bumped[1, 2, 1] += 1e-5 + 2e-3 * abs(float(y[1, 2, 1]))
+    assert sim.allclose(bumped, y).tolist() == [True, False]
+    x = randn(2, 5, 3, seed=29)
+    ref = (x - y).flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1)
+    assert torch.allclose(sim.relative_frobenius(x, y), ref, rtol=1e-14, atol=0)
+
+
+def test_subspace_overlap_known_answers_and_invariance():
+    theta = 0.3
+    e1 = torch.tensor([[1.0], [0.0], [0.0]], dtype=F64)
+    u = torch.tensor([[math.cos(theta)], [math.sin(theta)], [0.0]], dtype=F64)
+    assert abs(float(sim.subspace_overlap(e1, u)) - math.cos(theta) ** 2) < 1e-15
+    x, y = randn(2, 20, 4, seed=30), randn(2, 20, 4, seed=31)
+    m = randn(2, 4, 4, seed=32) + 3 * torch.eye(4, dtype=F64)  # invertible
+    assert torch.allclose(sim.subspace_overlap(x @ m, y), sim.subspace_overlap(x, y), atol=1e-12)
+    assert torch.allclose(sim.subspace_overlap(x, x @ m), torch.ones(2, dtype=F64), atol=1e-12)
+    # rank deficiency: x spans 2 directions with 3 columns; the mean runs over max(rank) = 2 or 3
+    basis = randn(20, 3, seed=33)
+    deficient = torch.stack([basis[:, 0], basis[:, 1], basis[:, 0] + basis[:, 1]], dim=1)
+    assert abs(float(sim.subspace_overlap(deficient, deficient[:, [1, 0, 2]])) - 1.0) < 1e-12
+    assert abs(float(sim.subspace_overlap(deficient, basis)) - 2.0 / 3.0) < 1e-12
+
+
+def test_zero_rows_and_zero_matrices_give_numbers_not_nan():
+    y = randn(2, 8, 4, seed=34)
+    x = y.clone()
+    x[:, 0] = 0.0  # a zero token row
+    assert torch.allclose(sim.direct_cosine(x, y), torch.full((2,), 7 / 8, dtype=F64), atol=1e-14)
+    assert torch.allclose(sim.pearson(x, y), torch.full((2,), 7 / 8, dtype=F64), atol=1e-14)
+    x[:, 1] = 2.5  # a zero-variance token row
+    assert torch.allclose(sim.pearson(x, y), torch.full((2,), 6 / 8, dtype=F64), atol=1e-14)
+    zero = torch.zeros_like(y)
+    for name in METRIC_NAMES:
+        for a, b in ((zero, y), (y, zero), (zero, zero), (x, y)):
+            out = getattr(sim, name)(a, b)
+            assert not bool(torch.isnan(out.to(F64)).any()), name
+    for name in ("linear_cka", "kernel_cka", "subspace_overlap", "direct_cosine", "pearson",
+                 "optimal_cosine"):
+        assert float(getattr(sim, name)(zero, y).abs().max()) == 0.0, name
+    assert float(sim.relative_frobenius(zero, zero).max()) == 0.0
+    assert bool(torch.isinf(sim.relative_frobenius(zero, y)).all())  # documented: undefined ratio
+
+
+# ---------------------------------------------------------------- assignment
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_optimal_matching_matches_brute_force(n):
+    c = randn(3, 2, n, n, seed=40 + n)
+    perm = optimal_matching(c)
+    assert perm.shape == (3, 2, n) and perm.dtype == torch.long
+    for idx in itertools.product(range(3), range(2)):
+        p = perm[idx].tolist()
+        assert sorted(p) == list(range(n))
+        best = max(sum(float(c[idx][j, s[j]]) for j in range(n))
+                   for s in itertools.permutations(range(n)))
+        assert abs(sum(float(c[idx][j, p[j]]) for j in range(n)) - best) < 1e-12
+
+
+def test_optimal_matching_rejects_bad_input():
+    with pytest.raises(ValueError, match="square"):
+        optimal_matching(torch.zeros(3, 4, dtype=F64))
+    with pytest.raises(ValueError, match="NaN"):
+        optimal_matching(torch.full((2, 2), float("nan"), dtype=F64))
+    assert optimal_matching(torch.zeros(0, 3, 3)).shape == (0, 3)
+
+
+# ---------------------------------------------------------------- determinism and batching
+
+def test_random_orthonormal_is_deterministic_orthonormal_and_sign_fixed():
+    a = random_orthonormal(9, 4, seed=5, batch_shape=(2, 3))
+    assert a.shape == (2, 3, 9, 4) and a.dtype == F64
+    assert torch.equal(a, random_orthonormal(9, 4, seed=5, batch_shape=(2, 3)))
+    assert not torch.equal(a, random_orthonormal(9, 4, seed=6, batch_shape=(2, 3)))
+    assert torch.allclose(a.transpose(-1, -2) @ a, torch.eye(4, dtype=F64).expand(2, 3, 4, 4),
+                          atol=1e-14)
+    assert torch.equal(fix_signs(a), a)
+    assert torch.equal(random_orthonormal(9, 4, seed=5, dtype=torch.float32),
+                       random_orthonormal(9, 4, seed=5).float())
+    with pytest.raises(ValueError, match="m <= n"):
+        random_orthonormal(3, 4, seed=0)
+
+
+def test_repeated_and_permuted_batches_give_the_same_signs_and_metrics():
+    k, v = randn(5, 14, 4, seed=50), randn(5, 14, 4, seed=51)
+    a0 = random_orthonormal(14, 4, seed=52, batch_shape=(5,))
+    g1, g2 = KeyGram(k), KeyGram(k)
+    assert torch.equal(g1.eigenvectors, g2.eigenvectors)
+    r1 = value_vector_metrics_batched(k, v, null_axes=a0)
+    r2 = value_vector_metrics_batched(k, v, null_axes=a0)
+    assert all(torch.equal(r1[name], r2[name]) for name in r1)
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    gp = KeyGram(k[perm])
+    assert torch.allclose(gp.axes(), g1.axes()[perm], rtol=0, atol=1e-12)
+    rp = value_vector_metrics_batched(k[perm], v[perm], null_axes=a0[perm])
+    for name in r1:
+        assert torch.allclose(rp[name].to(F64), r1[name][perm].to(F64), rtol=0, atol=1e-12), name
+
+
+def test_batched_equals_per_item_and_single_head_entry_point():
+    k, v = randn(2, 3, 12, 4, seed=60), randn(2, 3, 12, 4, seed=61)
+    a0 = random_orthonormal(12, 4, seed=62, batch_shape=(2, 3))
+    r = value_vector_metrics_batched(k, v, null_axes=a0)
+    for i, j in itertools.product(range(2), range(3)):
+        one = value_vector_metrics_batched(k[i, j], v[i, j], null_axes=a0[i, j])
+        for name in r:
+            assert torch.allclose(one[name].to(F64), r[name][i, j].to(F64), rtol=0, atol=1e-12), name
+    q = randn(12, 4, seed=63)
+    single = value_vector_metrics(q, k[0, 0], v[0, 0], seed=7)
+    assert set(single) == {*METRIC_NAMES, *(f"{m}_null" for m in METRIC_NAMES)}
+    assert all(type(val) is float for val in single.values())
+    ref = value_vector_metrics_batched(k[0, 0], v[0, 0], null_seed=7)
+    assert all(single[name] == float(ref[name]) for name in single)
+    assert single["allclose"] in (0.0, 1.0)
+
+
+def test_shape_errors_name_the_argument():
+    k, v = randn(10, 4, seed=70), randn(10, 4, seed=71)
+    with pytest.raises(ValueError, match="head dimension"):
+        value_vector_metrics(randn(10, 5, seed=72), k, v)
+    with pytest.raises(ValueError, match="v must have the shape of k"):
+        value_vector_metrics(k, k, v[:9])
+    with pytest.raises(ValueError, match="2-D"):
+        value_vector_metrics(k, k[None], v[None])
+    with pytest.raises(ValueError, match="same shape"):
+        value_vector_metrics_batched(k, v[:, :3])
+    with pytest.raises(ValueError, match="null_axes"):
+        value_vector_metrics_batched(k, v, null_axes=torch.zeros(10, 3, dtype=F64))
+    with pytest.raises(ValueError, match="convention"):
+        value_vector_metrics_batched(k, v, convention="unit")
+    with pytest.raises(ValueError, match="same shape"):
+        sim.linear_cka(k, v[:5])
