@@ -12,17 +12,12 @@ from . import gram
 from .errors import NonFiniteError, check_finite
 from .gram import KeyGram, resolve_scale, standardize_tokens
 from .projection import projection_terms, projection_terms_batched, spearman_rho, term_attribution
+from .spectrum import gamma_spread, gamma_spread_batched, gram_spectrum, naive_gram_spectrum
 from .value_vectors import METRIC_NAMES, value_vector_metrics, value_vector_metrics_batched
 
 __all__ = [
-    "KeyGram", "METRIC_NAMES", "NonFiniteError", "check_finite", "gram", "projection_terms",
+    "KeyGram", "METRIC_NAMES", "NonFiniteError", "check_finite", "gamma_spread",
+    "gamma_spread_batched", "gram", "gram_spectrum", "naive_gram_spectrum", "projection_terms",
     "projection_terms_batched", "resolve_scale", "spearman_rho", "standardize_tokens",
     "term_attribution", "value_vector_metrics", "value_vector_metrics_batched",
 ]
-
-try:  # claim E (spec §4)
-    from .spectrum import gamma_spread, gram_spectrum  # noqa: F401
-
-    __all__ += ["gamma_spread", "gram_spectrum"]
-except ImportError:  # pragma: no cover - only while spectrum.py is being written
-    pass
