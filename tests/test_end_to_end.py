@@ -1,0 +1,110 @@
+"""End to end: `pytest claims/` on a tiny random checkpoint, serial and with `-n 2`.
+
+Each run uses its own cache folder, so the two compute everything independently; their
+results.json records must be identical. Also checks the one-sentence usage errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import fixtures  # noqa: F401
+import timm
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["pytester"]
+RUN_FIELDS = ("outcome",)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+def _claims_run(pytester, ckpt: Path, out: Path, *extra: str):
+    return pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        "--checkpoint", str(ckpt), "--arch", "vit_tiny_patch16_224",
+        "--layers", "0,5", "--heads", "0-2", "--n-samples", "3", "-k", "value_vectors",
+        "--out", str(out), "--cache-dir", str(out / "cache"), *extra, timeout=600)
+
+
+def _flat_numbers(obj, path=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _flat_numbers(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _flat_numbers(v, f"{path}[{i}]")
+    else:
+        yield path, obj
+
+
+@pytest.mark.slow
+def test_serial_and_xdist_runs_give_identical_records(pytester, tiny_checkpoint, tmp_path):
+    """Same thread count → bitwise identical records; the serial default (all cores) differs from
+    one-thread workers only by BLAS round-off: same verdicts, metrics to 1e-10 relative."""
+    one = _claims_run(pytester, tiny_checkpoint, tmp_path / "serial1", "--threads", "1")
+    par = _claims_run(pytester, tiny_checkpoint, tmp_path / "xdist", "-n", "2")
+    many = _claims_run(pytester, tiny_checkpoint, tmp_path / "serial", "--threads", "2")
+    for run in (one, par, many):
+        assert run.ret in (0, 1), run.stdout.str()[-3000:]
+    a, b, c = (json.loads((tmp_path / d / "results.json").read_text())
+               for d in ("serial1", "xdist", "serial"))
+    assert len(a["records"]) == 2 * 3 + 1  # 6 heads + the model-level record
+    assert a["complete"] and b["complete"] and not a["not_run"]
+    key = next(iter(a["models"]))
+    assert a["models"].keys() == b["models"].keys()
+    assert a["models"][key]["checkpoint_hash"] == b["models"][key]["checkpoint_hash"]
+    assert a["records"] == b["records"]
+    assert [r["verdict"] for r in c["records"]] == [r["verdict"] for r in a["records"]]
+    for (path, x), (_, y) in zip(_flat_numbers(c["records"]), _flat_numbers(a["records"])):
+        if isinstance(x, float):
+            assert y == pytest.approx(x, rel=1e-10, abs=1e-12), path
+        else:
+            assert x == y, path
+    assert {r["verdict"] for r in a["records"]} <= {"supported", "refuted", "inconclusive",
+                                                   "undetermined"}
+    ids = [r["test_id"] for r in a["records"] if r["level"] == "head"]
+    assert f"test_value_vectors[{key}-L05-H2]" in ids
+    # The terminal summary names the results file and the verdict counts.
+    assert "results:" in one.stdout.str() and "claim V" in one.stdout.str()
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["--checkpoint", "/nonexistent/model.safetensors", "--arch", "vit_tiny_patch16_224"],
+     "/nonexistent/model.safetensors"),
+    (["--gpu"], "--gpu"),
+    (["--models", "no-such-model"], "no-such-model"),
+    (["--layers", "99"], "layers"),
+])
+def test_usage_errors_are_one_clear_sentence(pytester, args, sentence, tmp_path):
+    if args == ["--gpu"] and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        "--out", str(tmp_path / "out"), *args, timeout=300)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    lines = [line for line in err.splitlines() if line.startswith("ERROR:")]
+    assert len(lines) == 1 and sentence in lines[0], err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_arch_mismatch_is_one_clear_sentence(pytester, tiny_checkpoint, tmp_path):
+    result = pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        "--checkpoint", str(tiny_checkpoint), "--arch", "vit_small_patch16_224",
+        "--out", str(tmp_path / "out"), timeout=300)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    lines = [line for line in err.splitlines() if line.startswith("ERROR:")]
+    assert len(lines) == 1 and "vit_small_patch16_224" in lines[0] and "shape" in lines[0], err
