@@ -339,3 +339,39 @@ def term_attribution(phi_sq_means: torch.Tensor,
         "share_h": torch.where(defined, -d_h / safe, zero),
         "defined": defined,
     }
+
+
+def pooled_terms(log_phi_sq_mean: torch.Tensor, h_sq_mean: torch.Tensor,
+                 bessel: torch.Tensor, n_tokens: torch.Tensor,
+                 p1_log_phi_sq_mean: torch.Tensor | None = None) -> dict[str, float]:
+    """Pool per-head token means (any shape, e.g. [samples, heads] or [samples, layers, heads])
+    into one set of spec §3 quantities, weighting each head by its token count.
+
+    mean‖φ‖² is pooled in log space (it can underflow per token); J_proj = mean‖φ‖² − mean‖h‖²
+    (spec §3); log10_ratio = log10(mean‖h‖²/mean‖φ‖²) (spec §3, P2's magnitude); the Bessel share
+    is the share of all tokens with ‖h_i‖² ≤ ‖φ(q_i)‖². With ``p1_log_phi_sq_mean``, also P1's
+    logged quantity log(mean(‖φ‖²_p1 − ‖h‖²)) ("p1-code", see :func:`log_phi_sq_norm_p1_code`),
+    or None where that mean is not positive.
+    """
+    n = n_tokens.to(torch.float64).reshape(-1)
+    total = n.sum()
+    if total <= 0:
+        raise ValueError("no tokens to pool")
+    log_n = n.log()
+    log_phi = float(torch.logsumexp(log_phi_sq_mean.reshape(-1) + log_n, 0) - total.log())
+    h = float((h_sq_mean.reshape(-1) * n).sum() / total)
+    out = {
+        "phi_sq_mean": math.exp(log_phi) if log_phi < 709 else math.inf,
+        "log_phi_sq_mean": log_phi,
+        "h_sq_mean": h,
+        "bessel_share": float((bessel.reshape(-1) * n).sum() / total),
+        "log10_ratio": (math.log(h) - log_phi) / math.log(10) if h > 0 else -math.inf,
+    }
+    out["j_proj"] = out["phi_sq_mean"] - h
+    if p1_log_phi_sq_mean is not None:
+        log_p1 = float(torch.logsumexp(p1_log_phi_sq_mean.reshape(-1) + log_n, 0) - total.log())
+        # log(mean(φ_p1 − h)) = log φ̄_p1 + log(1 − h̄/φ̄_p1), defined when φ̄_p1 > h̄
+        frac = h * math.exp(-log_p1) if log_p1 > -700 else math.inf
+        out["p1_log_phi_sq_mean"] = log_p1
+        out["p1_log_mean_error"] = log_p1 + math.log1p(-frac) if frac < 1 else None
+    return out

@@ -26,3 +26,14 @@ def masked_mean(values: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor,
     mean = (values * keep).sum(0) / count.clamp_min(1)
     var = (((values - mean) ** 2) * keep).sum(0) / (count - 1).clamp_min(1)
     return mean, var.sqrt()
+
+
+def position_between(value: float, at_zero: float, at_one: float) -> float:
+    """Where ``value`` lies on the line from ``at_zero`` (0) to ``at_one`` (1):
+    (value − at_zero)/(at_one − at_zero). Used for γ constancy (spec §4): 0 is the true
+    eigenvectors' spread, 1 the perturbed control's; below 0.5 is closer to the eigenvectors.
+    Returns +inf when the two controls coincide (no contrast to judge by)."""
+    gap = at_one - at_zero
+    if not gap > 0:
+        return float("inf")
+    return (value - at_zero) / gap

@@ -74,14 +74,17 @@ def rules(claim: str, kind: str, path: str | None = None) -> list[Rule]:
 
 
 def judge(claim: str, metrics: dict[str, float], path: str | None = None) -> Verdict:
-    """Supported when every `supported` rule holds, refuted when every `refuted` rule holds."""
+    """Supported when every `supported` rule holds; refuted when every `refuted` rule holds (or
+    any of them, where the claim's section sets ``refuted_mode = "any"``); inconclusive otherwise."""
     sup, ref = rules(claim, "supported", path), rules(claim, "refuted", path)
     for rule in sup + ref:
         if rule.metric not in metrics:
             raise KeyError(f"{claim}: metric {rule.metric!r} needed by the thresholds is missing")
+    refuted_any = load_thresholds(path)[claim].get("refuted_mode", "all") == "any"
+    combine = any if refuted_any else all
     if sup and all(r.holds(metrics[r.metric]) for r in sup):
         verdict = SUPPORTED
-    elif ref and all(r.holds(metrics[r.metric]) for r in ref):
+    elif ref and combine(r.holds(metrics[r.metric]) for r in ref):
         verdict = REFUTED
     else:
         verdict = INCONCLUSIVE

@@ -1,0 +1,118 @@
+"""Claim E (spec §4): Gram eigenvalue statistics by three routes, and γ constancy per head."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
+from checks.stats import masked_mean, position_between
+
+from . import verdicts
+
+CLAIM, GAMMA = "claim_e", "claim_e_gamma"
+ROUTES = ("log_raw", "log_standardized", "naive_float32")
+
+
+def _route_mu(per_layer: list[dict[str, torch.Tensor]], heads: list[int], route: str) -> torch.Tensor:
+    """|μ|-ready spectra [samples, layers×heads, d] of one route; NaN marks the naive route's
+    non-finite items (the measured outcome of that route, counted, never averaged)."""
+    parts = []
+    for t in per_layer:
+        mu = t[f"mu_{route}"][:, heads].clone()
+        if route == "naive_float32":
+            mu[~t["naive_finite"][:, heads]] = float("nan")
+        parts.append(mu)
+    return torch.cat(parts, dim=1)
+
+
+def _where_nonfinite(per_layer: dict[int, dict], heads: list[int]) -> str | None:
+    notes = []
+    for layer, t in per_layer.items():
+        bad = ~t["naive_finite"][:, heads]
+        if bool(bad.any()):
+            stages = [k[len("naive_bad_"):] for k in t if k.startswith("naive_bad_")
+                      and bool(t[k][:, heads].any())]
+            notes.append(f"L{layer:02d}: {int(bad.sum())} of {bad.numel()} heads×samples "
+                         f"({', '.join(stages)})")
+    return "; ".join(notes) or None
+
+
+def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                 d: int) -> dict:
+    layers = sorted(per_layer)
+    tensors = [per_layer[l] for l in layers]
+    routes, stats = {}, {}
+    for route in ROUTES:
+        s = eigenvalue_statistics(_route_mu(tensors, heads, route), d)
+        stats[route] = s
+        routes[route] = {"stats": {k: {"mean": s["mean"][k], "std": s["std"][k]} for k in STATISTICS},
+                         "n_samples": s["n_samples"], "n_nonfinite": s["n_nonfinite"]}
+    routes["naive_float32"]["nonfinite_where"] = _where_nonfinite(per_layer, heads)
+    raw_std = route_comparison(stats["log_raw"], stats["log_standardized"])
+    pairs = [route_comparison(stats[a], stats[b]) for a, b in
+             (("log_raw", "log_standardized"), ("log_raw", "naive_float32"),
+              ("log_standardized", "naive_float32"))]
+    finite = torch.cat([t["naive_finite"][:, heads].reshape(-1) for t in tensors])
+    metrics = {"raw_vs_standardized_ratio": raw_std["max_ratio"],
+               "max_route_ratio": max(p["max_ratio"] for p in pairs),
+               "naive_finite_share": float(finite.to(torch.float64).mean())}
+    v = verdicts.judge(CLAIM, metrics)
+    return {"claim": "E", "level": "model", "model": model, "layer": None, "head": None,
+            "verdict": v.verdict, "metrics": metrics, "routes": routes,
+            "route_ratios": raw_std["ratio"], "layers": layers, "heads": heads,
+            "evidence": verdicts.format_evidence(v)}
+
+
+def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -> dict:
+    undetermined = t["undetermined"][:, head]
+    keep = ~undetermined
+    n, n_undet = int(keep.numel()), int(undetermined.sum())
+    max_share = float(verdicts.load_thresholds()[GAMMA]["undetermined"]["max_share"])
+    if n_undet / max(n, 1) > max_share:
+        keep = torch.ones_like(keep)
+    means = {name: float(masked_mean(t[f"gamma_{name}"][:, head], keep)[0])
+             for name in ("learned", "eigen", "perturbed")}
+    absolute = {name: float(masked_mean(t[f"gamma_{name}_abs"][:, head], keep)[0])
+                for name in ("learned", "eigen", "perturbed")}
+    position = position_between(means["learned"], means["eigen"], means["perturbed"])
+    closer = (torch.abs(t["gamma_learned"][:, head] - t["gamma_eigen"][:, head])
+              < torch.abs(t["gamma_learned"][:, head] - t["gamma_perturbed"][:, head]))
+    record = {"claim": "E", "level": "head", "model": model, "layer": layer, "head": head,
+              "metrics": {**means, "gamma_position": position}, "abs": absolute,
+              "closer_to_eigen_share": float(closer[keep].to(torch.float64).mean()),
+              "n_samples": n, "n_undetermined": n_undet}
+    if n_undet / max(n, 1) > max_share:
+        record.update(verdict=verdicts.UNDETERMINED,
+                      reason=f"{n_undet} of {n} samples have an undetermined eigen control "
+                             "(mu_d is round-off, spec §2)")
+        return record
+    v = verdicts.judge(GAMMA, {"gamma_position": position})
+    record.update(verdict=v.verdict, evidence=verdicts.format_evidence(v))
+    return record
+
+
+def message(record: dict, what: str) -> str:
+    if record["level"] == "model":
+        r = record["routes"]
+        lines = [f"claim E {record['verdict']} for {what}: eigenvalue statistics by route "
+                 "(mean over samples of max/min/mean/median_k of |mu_k| averaged over layers and heads)"]
+        for route in ROUTES:
+            stats = ", ".join(
+                f"{k} {_fmt(r[route]['stats'][k]['mean'])}" for k in STATISTICS)
+            lines.append(f"  {route:<17} {stats}; non-finite samples {r[route]['n_nonfinite']}")
+        if r["naive_float32"].get("nonfinite_where"):
+            lines.append(f"  naive route went non-finite at {r['naive_float32']['nonfinite_where']}")
+        return "\n".join(lines) + "\n" + record["evidence"]
+    m = record["metrics"]
+    if record["verdict"] == verdicts.UNDETERMINED:
+        return f"claim E (gamma) undetermined for {what}: {record['reason']}"
+    return (f"claim E (gamma constancy) {record['verdict']} for {what}: relative spread of gamma "
+            f"from the learned V {m['learned']:.4g} beside the true eigenvectors {m['eigen']:.4g} "
+            f"and P2's perturbed basis {m['perturbed']:.4g} (position {m['gamma_position']:.3g}: "
+            f"0 = eigenvectors, 1 = perturbed)\n{record['evidence']}")
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.4g}"

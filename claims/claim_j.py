@@ -1,0 +1,89 @@
+"""Claim J (spec §3): per-layer and per-model J_proj magnitudes, and the trend over training."""
+
+from __future__ import annotations
+
+import torch
+
+from checks.projection import pooled_terms, spearman_rho, term_attribution
+
+from . import verdicts
+
+CLAIM, TREND = "claim_j", "claim_j_trend"
+
+
+def pooled(layer_terms: list[dict[str, torch.Tensor]], heads: list[int]) -> dict:
+    """spec §3 quantities pooled over the given layers' samples, heads and tokens."""
+    def cat(name):
+        return torch.cat([t[name][:, heads].reshape(-1) for t in layer_terms])
+    return pooled_terms(cat("log_phi_sq_mean"), cat("h_sq_mean"), cat("bessel_share"),
+                        cat("n_tokens"), cat("p1_log_phi_sq_mean"))
+
+
+def _record(level: str, model: str, layer, values: dict, **extra) -> dict:
+    metrics = {k: values[k] for k in ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share",
+                                      "log10_ratio")}
+    v = verdicts.judge(CLAIM, metrics)
+    return {"claim": "J", "level": level, "model": model, "layer": layer, "head": None,
+            "verdict": v.verdict, "metrics": metrics,
+            "p1_code": {"log_phi_sq_mean": values["p1_log_phi_sq_mean"],
+                        "log_mean_error": values["p1_log_mean_error"],
+                        "label": "P1's logged quantity (p1-code variant), not the true loss"},
+            "evidence": verdicts.format_evidence(v), **extra}
+
+
+def layer_record(model: str, layer: int, terms: dict[str, torch.Tensor], heads: list[int]) -> dict:
+    per_head = {name: [pooled([terms], [h])[name] for h in heads]
+                for name in ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share", "log10_ratio")}
+    return _record("layer", model, layer, pooled([terms], heads), per_head=per_head, heads=heads)
+
+
+def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int]) -> dict:
+    layers = sorted(per_layer)
+    per_layer_values = [pooled([per_layer[l]], heads) for l in layers]
+    return _record("model", model, None, pooled([per_layer[l] for l in layers], heads),
+                   layers=layers, heads=heads,
+                   per_layer={name: [v[name] for v in per_layer_values]
+                              for name in ("phi_sq_mean", "h_sq_mean", "j_proj", "log10_ratio",
+                                           "bessel_share")})
+
+
+def trend_record(series: str, points: list[dict]) -> dict:
+    """The trend verdict over an ordered series of checkpoints (spec §3, P1 Fig. 1)."""
+    steps = torch.tensor([p["step"] for p in points], dtype=torch.float64)
+    j = torch.tensor([p["j_proj"] for p in points], dtype=torch.float64)
+    phi = torch.tensor([p["phi_sq_mean"] for p in points], dtype=torch.float64)
+    h = torch.tensor([p["h_sq_mean"] for p in points], dtype=torch.float64)
+
+    def rho(x):
+        return spearman_rho(x, steps) if len(points) >= 2 and float(x.std()) > 0 else 0.0
+
+    att = term_attribution(phi, h)
+    trend = {"spearman_j": rho(j), "spearman_phi": rho(phi), "spearman_h": rho(h),
+             "delta_j": float(att["delta_j"]), "delta_phi": float(att["delta_phi"]),
+             "delta_h": float(att["delta_h"]), "share_phi": float(att["share_phi"]),
+             "share_h": float(att["share_h"]),
+             "carried_by": "h" if abs(float(att["share_h"])) >= abs(float(att["share_phi"])) else "phi"}
+    metrics = {"min_j_proj": float(j.min()), "spearman_j": trend["spearman_j"]}
+    v = verdicts.judge(TREND, metrics)
+    ref = verdicts.load_thresholds()["claim_j_reference"]
+    return {"claim": "J", "level": "series", "model": series, "layer": None, "head": None,
+            "verdict": v.verdict, "metrics": metrics, "series": points, "trend": trend,
+            "reference": ref, "evidence": verdicts.format_evidence(v, extra={
+                "share of dJ carried by ||h||^2": trend["share_h"],
+                "share of dJ carried by ||phi||^2": trend["share_phi"]})}
+
+
+def message(record: dict, what: str) -> str:
+    m = record["metrics"]
+    if record["level"] == "series":
+        t = record["trend"]
+        head = (f"claim J trend {record['verdict']} for {what}: J_proj from "
+                f"{record['series'][0]['j_proj']:.4g} to {record['series'][-1]['j_proj']:.4g} over "
+                f"{len(record['series'])} checkpoints; the change is carried by "
+                f"{'||h||^2' if t['carried_by'] == 'h' else '||phi(q)||^2'} "
+                f"(share {t['share_' + t['carried_by']]:.3g})")
+    else:
+        head = (f"claim J {record['verdict']} for {what}: mean||phi(q)||^2 = {m['phi_sq_mean']:.4g}, "
+                f"mean||h||^2 = {m['h_sq_mean']:.4g}, J_proj = {m['j_proj']:.4g}, "
+                f"log10 ratio = {m['log10_ratio']:.3f} (P2-logs: 2.35-3.63 after epoch 10)")
+    return f"{head}\n{record['evidence']}"

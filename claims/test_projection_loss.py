@@ -1,0 +1,26 @@
+"""Claim J: "attention minimises the KPCA projection loss J_proj" (P1 §2.2.1; P2 finding 2).
+
+Per layer and per model: the magnitudes of mean‖φ(q)‖² and mean‖h‖² and the Bessel share; per
+checkpoint series: the trend of J_proj and which term carries it. Thresholds: thresholds.toml.
+"""
+
+from claims import claim_j
+from claims.verdicts import SUPPORTED
+
+
+def test_projection_loss(layer_ref, claim_session, record_result, collected_heads):
+    run = claim_session.run(layer_ref.model)
+    _, heads = collected_heads(layer_ref.model)
+    record = claim_j.layer_record(layer_ref.model, layer_ref.layer,
+                                  run.claim_j_layer(layer_ref.layer), heads)
+    record_result(record, run)
+    assert record["verdict"] == SUPPORTED, claim_j.message(record, layer_ref.id)
+
+
+def test_projection_loss_model(model_ref, claim_session, record_result, collected_heads):
+    run = claim_session.run(model_ref.model)
+    layers, heads = collected_heads(model_ref.model)
+    record = claim_j.model_record(model_ref.model,
+                                  {layer: run.claim_j_layer(layer) for layer in layers}, heads)
+    record_result(record, run)
+    assert record["verdict"] == SUPPORTED, claim_j.message(record, f"model {model_ref.model}")
