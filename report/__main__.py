@@ -1,0 +1,36 @@
+"""``python -m report RESULTS [-o OUT.html]``: re-render the report from an existing results.json.
+
+Prints the written path. Exit status 2, with one sentence on stderr, when the results file is
+missing or malformed (nothing is written then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .render import write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m report",
+        description="Render the kpca-claims HTML reproducibility report from a results.json.")
+    parser.add_argument("results", type=Path, help="a results.json written by `pytest claims/`")
+    parser.add_argument("-o", "--out", type=Path, default=None,
+                        help="the HTML file to write (default: report.html beside RESULTS)")
+    args = parser.parse_args(argv)
+    out = args.out if args.out is not None else args.results.with_name("report.html")
+    try:
+        written = write_report(args.results, out)
+    except ValueError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    except OSError as exc:
+        parser.exit(2, f"{parser.prog}: error: cannot write {out} ({exc.strerror or exc})\n")
+    print(written)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
