@@ -24,3 +24,22 @@ def test_projection_loss_model(model_ref, claim_session, record_result, collecte
                                   {layer: run.claim_j_layer(layer) for layer in layers}, heads)
     record_result(record, run)
     assert record["verdict"] == SUPPORTED, claim_j.message(record, f"model {model_ref.model}")
+
+
+def test_projection_trend(series_ref, claim_session, record_result):
+    """P1 Fig. 1: J_proj after every epoch on one fixed batch; P2: the fall is ‖h‖² falling."""
+    points = []
+    for point in claim_session.series(series_ref.name):
+        info = point.run.prepare()
+        pooled = claim_j.pooled([point.run.claim_j_layer(layer) for layer in range(info["n_layers"])],
+                                list(range(info["n_heads"])))
+        points.append({"step": point.step, "checkpoint": point.path,
+                       "test_accuracy": point.sidecar.get("test_accuracy"),
+                       "train_loss": point.sidecar.get("train_loss"),
+                       "checkpoint_hash": info["checkpoint_hash"],
+                       **{k: pooled[k] for k in ("phi_sq_mean", "h_sq_mean", "j_proj",
+                                                 "bessel_share", "log10_ratio")},
+                       "p1_code_log_mean_error": pooled["p1_log_mean_error"]})
+    record = claim_j.trend_record(series_ref.name, points)
+    record_result(record, point.run)
+    assert record["verdict"] == SUPPORTED, claim_j.message(record, f"series {series_ref.name}")
