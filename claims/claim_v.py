@@ -82,8 +82,9 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
 
 def message(record: dict, what: str) -> str:
     """The failure/skip message of a claim-V test: verdict, each metric, threshold, source, null."""
+    unit = "samples" if record["level"] == "head" else "(layer, head, sample) units"
     head = (f"claim V {record['verdict']} for {what} "
-            f"(mean over {record['n_used']} of {record['n_samples']} samples; "
+            f"(mean over {record['n_used']} of {record['n_samples']} {unit}; "
             f"{record['n_undetermined']} undetermined)")
     if record["verdict"] == verdicts.UNDETERMINED:
         return f"{head}: {record['reason']}"
