@@ -28,6 +28,7 @@ def _record(level: str, model: str, layer, values: dict, **extra) -> dict:
             "p1_code": {"log_phi_sq_mean": values["p1_log_phi_sq_mean"],
                         "log_mean_error": values["p1_log_mean_error"],
                         "label": "P1's logged quantity (p1-code variant), not the true loss"},
+            "reference": verdicts.load_thresholds()["claim_j_reference"],
             "evidence": verdicts.format_evidence(v), **extra}
 
 
