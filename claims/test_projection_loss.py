@@ -5,7 +5,7 @@ checkpoint series: the trend of J_proj and which term carries it. Thresholds: th
 """
 
 from claims import claim_j
-from claims.verdicts import SUPPORTED
+from claims.verdicts import assert_supported
 
 
 def test_projection_loss(layer_ref, claim_session, record_result, collected_heads):
@@ -14,7 +14,7 @@ def test_projection_loss(layer_ref, claim_session, record_result, collected_head
     record = claim_j.layer_record(layer_ref.model, layer_ref.layer,
                                   run.claim_j_layer(layer_ref.layer), heads)
     record_result(record, run)
-    assert record["verdict"] == SUPPORTED, claim_j.message(record, layer_ref.id)
+    assert_supported(record, claim_j.message(record, layer_ref.id))
 
 
 def test_projection_loss_model(model_ref, claim_session, record_result, collected_heads):
@@ -23,7 +23,7 @@ def test_projection_loss_model(model_ref, claim_session, record_result, collecte
     record = claim_j.model_record(model_ref.model,
                                   {layer: run.claim_j_layer(layer) for layer in layers}, heads)
     record_result(record, run)
-    assert record["verdict"] == SUPPORTED, claim_j.message(record, f"model {model_ref.model}")
+    assert_supported(record, claim_j.message(record, f"model {model_ref.model}"))
 
 
 def test_projection_trend(series_ref, claim_session, record_result):
@@ -42,4 +42,4 @@ def test_projection_trend(series_ref, claim_session, record_result):
                        "p1_code_log_mean_error": pooled["p1_log_mean_error"]})
     record = claim_j.trend_record(series_ref.name, points)
     record_result(record, point.run)
-    assert record["verdict"] == SUPPORTED, claim_j.message(record, f"series {series_ref.name}")
+    assert_supported(record, claim_j.message(record, f"series {series_ref.name}"))

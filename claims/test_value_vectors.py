@@ -4,10 +4,8 @@ Each test passes when the claim is supported for its head (or model), fails when
 inconclusive, and is skipped when V̂ is undetermined. Thresholds: claims/thresholds.toml.
 """
 
-import pytest
-
 from claims import claim_v
-from claims.verdicts import SUPPORTED, UNDETERMINED
+from claims.verdicts import assert_supported
 
 
 def test_value_vectors(head_ref, claim_session, record_result):
@@ -15,10 +13,7 @@ def test_value_vectors(head_ref, claim_session, record_result):
     record = claim_v.head_record(head_ref.model, head_ref.layer, head_ref.head,
                                  run.claim_v_layer(head_ref.layer))
     record_result(record, run)
-    text = claim_v.message(record, head_ref.id)
-    if record["verdict"] == UNDETERMINED:
-        pytest.skip(text)
-    assert record["verdict"] == SUPPORTED, text
+    assert_supported(record, claim_v.message(record, head_ref.id))
 
 
 def test_value_vectors_model(model_ref, claim_session, record_result, collected_heads):
@@ -32,9 +27,6 @@ def test_value_vectors_model(model_ref, claim_session, record_result, collected_
             head_verdicts[verdict] = head_verdicts.get(verdict, 0) + 1
     record = claim_v.model_record(model_ref.model, per_layer, heads, head_verdicts)
     record_result(record, run)
-    text = claim_v.message(record, f"model {model_ref.model} (P2's aggregation over "
-                                   f"{len(layers)} layers x {len(heads)} heads x samples); "
-                                   f"head verdicts {head_verdicts}")
-    if record["verdict"] == UNDETERMINED:
-        pytest.skip(text)
-    assert record["verdict"] == SUPPORTED, text
+    assert_supported(record, claim_v.message(
+        record, f"model {model_ref.model} (P2's aggregation over {len(layers)} layers x "
+                f"{len(heads)} heads x samples); head verdicts {head_verdicts}"))

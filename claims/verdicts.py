@@ -111,3 +111,13 @@ def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
         null_txt = f"  (chance level {null:.4g})" if null is not None else ""
         lines.append(f"  {name:<26} {value:.4g}{null_txt}")
     return "\n".join(lines)
+
+
+def assert_supported(record: dict, message: str) -> None:
+    """The outcome of a claim test: pass when supported, skip when undetermined (with the
+    reason), fail with ``message`` (verdict, metrics, thresholds, sources, nulls) otherwise."""
+    import pytest
+
+    if record["verdict"] == UNDETERMINED:
+        pytest.skip(message)
+    assert record["verdict"] == SUPPORTED, message
