@@ -131,10 +131,18 @@ class KeyGram:
         self.gram = normalized_gram(self.scores, self.log_g)
         self.centred = center_gram(self.gram)
         check_finite(self.centred, "centred Gram matrix")
-        self.eigenvalues, self.eigenvectors = sorted_eigh(self.centred)
-        self.threshold = undetermined_threshold(self.gram)
+        # The spectrum is taken of K_φ / max K_φ (exact in log space) and scaled back: keys with
+        # s·‖k‖² beyond the dtype's exponent range leave K_φ subnormal or zero, where eigh sees
+        # only round-off. Eigenvectors and the undetermined test are scale-free.
+        log_peak = (self.scores - self.log_g.unsqueeze(-1) - self.log_g.unsqueeze(-2)).amax(dim=(-2, -1))
+        unit = normalized_gram(self.scores - log_peak[..., None, None], self.log_g)  # max entry 1
+        mu, self.eigenvectors = sorted_eigh(center_gram(unit))
+        unit_threshold = undetermined_threshold(unit)
+        peak = torch.exp(log_peak)
+        self.eigenvalues = mu * peak.unsqueeze(-1)
+        self.threshold = unit_threshold * peak
         if d <= n:
-            self.undetermined = self.eigenvalues[..., d - 1] <= self.threshold
+            self.undetermined = mu[..., d - 1] <= unit_threshold
         else:  # fewer tokens than value dimensions: V̂ cannot have d determined columns
             self.undetermined = torch.ones(k.shape[:-2], dtype=torch.bool, device=k.device)
 

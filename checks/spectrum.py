@@ -479,7 +479,8 @@ def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch
         terms = torch.where(nonzero, before - prefix / torch.where(nonzero, g, 1.0), zero)
     else:
         terms = before * g - prefix
-    return (terms * ok).sum(dim=-2)
+    # each term is a sum of nonnegative pair terms; the closed form can cancel to −ε (identical γ)
+    return (terms.clamp_min(0) * ok).sum(dim=-2)
 
 
 def perturbed_axes(axes: torch.Tensor, seed: int = 0, noise: float = 0.1) -> torch.Tensor:
@@ -586,10 +587,22 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
         "perturbed": perturbed_axes(eigen, seed=seed),
     }
     out: dict = {}
+    # An undetermined head (μ_d round-off; K̃ = 0 for identical keys) can have eigen-control
+    # columns with a single nonzero entry (eigh returns unit vectors for a zero matrix): their
+    # spread is undefined. Such columns get spread 0, never NaN, and the head stays flagged.
+    degenerate = torch.zeros(kg.undetermined.shape, dtype=torch.bool, device=kg.undetermined.device)
     for name, axes in candidates.items():
         gamma, valid = gamma_vectors(kg.centred, axes)
+        lacking = valid.sum(dim=-2) < 2                                  # [..., m]
+        degenerate |= lacking.any(dim=-1)
+        gamma = gamma.masked_fill(lacking.unsqueeze(-2), 0.0)
+        valid = valid | lacking.unsqueeze(-2)
         out[name] = pairwise_spread(gamma, valid, relative=True)
         out[f"{name}_abs"] = pairwise_spread(gamma, valid, relative=False)
+    if bool((degenerate & ~kg.undetermined).any()):
+        where = tuple(int(i) for i in torch.nonzero(degenerate & ~kg.undetermined)[0])
+        raise ValueError(f"γ column of a determined head at index {where} has fewer than two "
+                         "nonzero axis entries; its spread is undefined")
     out["summary"] = spread_summary(out)
     out["undetermined"] = kg.undetermined
     return out
