@@ -53,7 +53,8 @@ def tiny_bert():
 
 def test_groups_hold_the_papers_models():
     assert [s.key for s in resolve_models(["default"])] == [
-        "all-MiniLM-L6-v2", "control-vit_tiny_patch16_224", "control-bert-minilm-shape"]
+        "all-MiniLM-L6-v2", "control-vit_tiny_patch16_224", "control-bert-minilm-shape",
+        "tiny-vit-digits-softmax", "tiny-vit-digits-p1-standardized"]
     vision = resolve_models(["paper-vision"])
     text = resolve_models(["paper-text"])
     assert len(vision) == 10 and {s.family for s in vision} == {"timm-vit"}
@@ -62,7 +63,8 @@ def test_groups_hold_the_papers_models():
                                       "sentence-transformers/all-MiniLM-L6-v2"}
     assert resolve_models(["paper"]) == vision + text
     assert all(s.source == "hub" for s in vision + text)
-    assert [s.control for s in resolve_models("default")] == [False, True, True]
+    assert [s.control for s in resolve_models("default")] == [False, True, True, False, False]
+    assert {s.source for s in resolve_models("default")} == {"package", "random", "trained"}
 
 
 def test_selection_by_hub_name_dedupes_and_keeps_order():
@@ -94,11 +96,24 @@ def test_spec_validation_and_register_conflict():
         register(tiny_vit_spec(key="vit_tiny_patch16_224"))
 
 
-@pytest.mark.parametrize("spec", [s for s in REGISTRY.values() if s.family == "timm-vit"],
+@pytest.mark.parametrize("spec", [s for s in REGISTRY.values()
+                                  if s.family == "timm-vit" and s.source != "trained"],
                          ids=lambda s: s.key)
 def test_timm_registry_facts_match_the_architecture(spec):
     # Built on the meta device: an independent route to the hard-coded counts.
     assert models.arch_shape(spec.arch) == ("timm-vit", spec.n_layers, spec.n_heads, spec.head_dim)
+
+
+@pytest.mark.parametrize("spec", [s for s in REGISTRY.values() if s.source == "trained"],
+                         ids=lambda s: s.key)
+def test_trained_registry_facts_match_their_training_config(spec):
+    from fixtures import training
+    from fixtures.session import trained_config
+
+    config = trained_config(spec)
+    model = training.build_model(config)
+    assert (len(model.blocks), model.blocks[0].attn.num_heads, config.head_dim) == (
+        spec.n_layers, spec.n_heads, spec.head_dim)
 
 
 # --- loading -------------------------------------------------------------------------------------
