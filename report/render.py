@@ -884,6 +884,9 @@ def write_report(results_path, out_path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a report is meant to be shared
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(html)
         os.replace(tmp, out)

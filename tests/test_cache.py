@@ -96,3 +96,35 @@ def test_stable_hash_is_order_independent_and_atomic_write(tmp_path):
     target = tmp_path / "sub" / "r.json"
     atomic_write_text(target, "{}")
     assert target.read_text() == "{}" and list(target.parent.iterdir()) == [target]
+
+
+def test_scans_tolerate_folders_vanishing_underneath(tmp_path):
+    """Workers rename and delete temporary folders while another measures the cache (a real
+    race seen under -n 2): size and entry scans must skip what vanishes, never raise."""
+    import threading
+
+    cache = Cache(tmp_path)
+    cache.get_or_create("ns", "kept", _write)
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            d = tmp_path / "ns" / f".tmp{i}"
+            d.mkdir()
+            (d / "f").write_text("x" * 100)
+            d.rename(tmp_path / "ns" / f".gone{i}")
+            for p in (tmp_path / "ns" / f".gone{i}").iterdir():
+                p.unlink()
+            (tmp_path / "ns" / f".gone{i}").rmdir()
+            i += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        for _ in range(300):
+            assert cache.size_bytes() >= 7
+            assert [p.name for p in cache.entries()] == ["kept"]
+    finally:
+        stop.set()
+        worker.join()
