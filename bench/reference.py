@@ -1,0 +1,288 @@
+"""A plain per-head reference for claim V (spec §1–§2), independent of :mod:`checks`.
+
+Everything here works on one attention head at a time, in float64 NumPy/SciPy, with the textbook
+form of each formula rather than the batched one the suite uses:
+
+- the centred Gram matrix is H K_φ H with the explicit N×N centring matrix H = I − 11ᵀ/N;
+- V̂ = G H A with the explicit diagonal G = diag(1/g_j);
+- ‖K_φ‖₂ is the largest eigenvalue of K_φ (``numpy.linalg.eigvalsh``), not a power iteration;
+- linear CKA uses the N×N Gram form ⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F);
+- kernel CKA takes its squared distances from ``scipy.spatial.distance.pdist``;
+- the subspace overlap uses column-pivoted QR bases and the SVD of Q_xᵀQ_y.
+
+Its only purpose is to be an independent route to the numbers of
+:func:`checks.value_vectors.value_vector_metrics_batched` (the benchmark asserts agreement before
+it reports a speed ratio) and a baseline to time the batched path against. It imports nothing from
+``checks``.
+
+Scale handling (numerics, not part of the spec): V̂ carries the factor 1/g_j, which can be very
+small, so every scale-invariant metric divides its operands by their largest magnitude first (per
+row for row metrics, per matrix for matrix metrics). A zero row or matrix yields 0, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from typing import Iterable, Iterator
+
+import numpy as np
+from scipy.linalg import qr as pivoted_qr
+from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import pdist, squareform
+from scipy.special import logsumexp
+
+METRIC_NAMES = ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka",
+                "relative_frobenius", "pearson", "allclose", "subspace_overlap")
+ALLCLOSE_ATOL, ALLCLOSE_RTOL = 1e-5, 1e-3  # spec §2: |V − V̂| ≤ 1e-5 + 1e-3·|V̂|
+EPS = np.finfo(np.float64).eps
+TINY = np.finfo(np.float64).tiny
+
+
+class StageClock:
+    """Wall-clock and CPU seconds spent in named stages, accumulated over calls.
+
+    ``with clock.stage("eigen"): ...`` adds the block's time to ``wall["eigen"]`` and
+    ``cpu["eigen"]``. Stages must not nest.
+    """
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        w0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.wall[name] += time.perf_counter() - w0
+            self.cpu[name] += time.process_time() - c0
+
+
+@contextmanager
+def _no_clock(name: str) -> Iterator[None]:
+    yield
+
+
+# ------------------------------------------------------------------------------ spec §1, one head
+def _as_f64(x, name: str) -> np.ndarray:
+    arr = np.array(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array [N, d] for one head, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} holds NaN or Inf")
+    return arr
+
+
+def standardize(x: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+    """Per-token (x − mean)/(std + eps) over the features, unbiased std (spec §1)."""
+    return (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, ddof=1, keepdims=True) + eps)
+
+
+def centring_matrix(n: int) -> np.ndarray:
+    """H = I − 11ᵀ/N (spec §1)."""
+    return np.eye(n) - np.full((n, n), 1.0 / n)
+
+
+def sign_fixed(vectors: np.ndarray) -> np.ndarray:
+    """Each column flipped so that its entry of largest magnitude is positive (spec §1)."""
+    out = vectors.copy()
+    for col in range(out.shape[1]):
+        if out[np.argmax(np.abs(out[:, col])), col] < 0:
+            out[:, col] = -out[:, col]
+    return out
+
+
+def pad_columns(x: np.ndarray, d: int) -> np.ndarray:
+    """x [N, m] right-padded with zero columns to [N, d]."""
+    return np.hstack([x, np.zeros((x.shape[0], d - x.shape[1]))]) if x.shape[1] < d else x
+
+
+# ----------------------------------------------------------------------------- spec §2 metrics
+def _by_peak(x: np.ndarray, axis=None) -> np.ndarray:
+    peak = np.abs(x).max(axis=axis, keepdims=axis is not None)
+    return x / np.maximum(peak, TINY)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    """Rows of x scaled to unit length; a zero row stays zero."""
+    xs = _by_peak(x, axis=1)
+    norm = np.linalg.norm(xs, axis=1, keepdims=True)
+    return np.divide(xs, norm, out=np.zeros_like(xs), where=norm > 0)
+
+
+def direct_cosine(x: np.ndarray, y: np.ndarray) -> float:
+    """Mean over tokens of cos(v_j, v̂_j) (spec §2); a zero row counts as 0."""
+    return float(np.mean(np.clip(np.sum(_unit(x) * _unit(y), axis=1), -1.0, 1.0)))
+
+
+def optimal_cosine(x: np.ndarray, y: np.ndarray) -> float:
+    """Mean matched cosine under the Hungarian matching maximising Σ cos(v_j, v̂_π(j)) (spec §2)."""
+    c = np.clip(_unit(x) @ _unit(y).T, -1.0, 1.0)  # C[j, k] = cos(v_j, v̂_k)
+    rows, cols = linear_sum_assignment(c, maximize=True)
+    return float(c[rows, cols].mean())
+
+
+def _cka_of_grams(kx: np.ndarray, ky: np.ndarray) -> float:
+    """⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F); 0 when either centred Gram is zero."""
+    h = centring_matrix(len(kx))
+    cx, cy = _by_peak(h @ kx @ h), _by_peak(h @ ky @ h)
+    nx, ny = np.linalg.norm(cx), np.linalg.norm(cy)
+    if nx == 0 or ny == 0:
+        return 0.0
+    return float(np.sum(cx * cy) / (nx * ny))
+
+
+def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
+    """Linear CKA, biased HSIC, in the N×N Gram form with K_X = XXᵀ (spec §2)."""
+    xs, ys = _by_peak(x), _by_peak(y)
+    return _cka_of_grams(xs @ xs.T, ys @ ys.T)
+
+
+def _rbf(x: np.ndarray) -> np.ndarray:
+    """exp(−‖x_i − x_j‖²/(2σ²)), σ² the lower middle value of the pairwise squared distances."""
+    dist = pdist(_by_peak(x), "sqeuclidean")
+    sigma2 = max(float(np.sort(dist)[(len(dist) - 1) // 2]), TINY)  # spec §2: lower median
+    return np.exp(-squareform(dist) / (2.0 * sigma2))
+
+
+def kernel_cka(x: np.ndarray, y: np.ndarray) -> float:
+    """CKA with RBF Gram matrices, σ² chosen separately for V and V̂ (spec §2)."""
+    return _cka_of_grams(_rbf(x), _rbf(y))
+
+
+def relative_frobenius(x: np.ndarray, y: np.ndarray) -> float:
+    """‖V − V̂‖_F / ‖V‖_F (spec §2); 0 for two zero matrices, inf for a zero V alone."""
+    peak = max(np.abs(x).max(), np.abs(y).max(), TINY)
+    num, den = np.linalg.norm((x - y) / peak), np.linalg.norm(x / peak)
+    if den == 0:
+        return 0.0 if num == 0 else math.inf
+    return float(num / den)
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Per token, the correlation of v_j and v̂_j over the d features; mean over tokens (spec §2)."""
+    xs, ys = _by_peak(x, axis=1), _by_peak(y, axis=1)
+    xc, yc = xs - xs.mean(axis=1, keepdims=True), ys - ys.mean(axis=1, keepdims=True)
+    r = np.clip(np.sum(_unit(xc) * _unit(yc), axis=1), -1.0, 1.0)  # zero variance → 0
+    return float(np.mean(r))
+
+
+def allclose(x: np.ndarray, y: np.ndarray) -> float:
+    """1.0 when |V − V̂| ≤ 1e-5 + 1e-3·|V̂| everywhere, else 0.0 (spec §2)."""
+    return float(np.all(np.abs(x - y) <= ALLCLOSE_ATOL + ALLCLOSE_RTOL * np.abs(y)))
+
+
+def _column_basis(x: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of x's numerical column space by column-pivoted QR.
+
+    Rank = number of |R_ii| > max(N, d)·ε·|R_00| (the pivoted-QR stand-in for the SVD rule).
+    """
+    q, r, _ = pivoted_qr(_by_peak(x), mode="economic", pivoting=True)
+    diag = np.abs(np.diag(r))
+    if diag.size == 0 or diag[0] == 0:
+        return q[:, :0]
+    rank = int(np.sum(diag > max(x.shape) * EPS * diag[0]))
+    return q[:, :rank]
+
+
+def subspace_overlap(x: np.ndarray, y: np.ndarray) -> float:
+    """Mean cos² of the principal angles between the column spaces of V and V̂ (spec §2, ours):
+    Σ σ_i(Q_xᵀQ_y)² / max(rank x, rank y)."""
+    qx, qy = _column_basis(x), _column_basis(y)
+    if qx.shape[1] == 0 or qy.shape[1] == 0:
+        return 0.0
+    cosines = np.linalg.svd(qx.T @ qy, compute_uv=False)
+    return float(np.sum(cosines ** 2) / max(qx.shape[1], qy.shape[1]))
+
+
+METRICS = {"direct_cosine": direct_cosine, "linear_cka": linear_cka, "kernel_cka": kernel_cka,
+           "relative_frobenius": relative_frobenius, "pearson": pearson, "allclose": allclose,
+           "subspace_overlap": subspace_overlap}
+
+
+# --------------------------------------------------------------------------------- one head, all
+def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys: bool = False,
+                   convention: str = "p2", clock: StageClock | None = None) -> dict[str, float]:
+    """Claim-V metrics of one head against V̂ and the null V̂₀, computed plainly (spec §1–§2).
+
+    Parameters
+    ----------
+    k, v : array-like [N, d]
+        Keys and learned values of one head (NumPy arrays or torch tensors).
+    null_axes : array-like [N, min(N, d)]
+        The null basis A₀ (orthonormal columns), used as given.
+    scale : float, optional
+        Softmax scale s; 1/√d when None.
+    standardize_keys : bool
+        Standardise keys per token first (spec §1).
+    convention : {"p2", "kpca"}
+        Unit axes a_m (P2) or a_m/√μ_m.
+    clock : StageClock, optional
+        Receives the time of the stages ``gram``, ``eigen``, ``metrics`` and ``assignment``.
+
+    Returns
+    -------
+    dict of float
+        The 8 metrics of spec §2, each with a ``_null`` twin; ``undetermined`` (1.0/0.0),
+        ``mu_d`` (0 when N < d) and ``threshold`` (N·ε·‖K_φ‖₂).
+    """
+    timed = clock.stage if clock is not None else _no_clock
+    k, v = _as_f64(k, "k"), _as_f64(v, "v")
+    a0 = _as_f64(null_axes, "null_axes")
+    n, d = k.shape
+    m = min(n, d)
+    if v.shape != k.shape or a0.shape != (n, m) or n < 2:
+        raise ValueError(f"need k, v [N, d] with N >= 2 and null_axes [N, min(N, d)]; got k "
+                         f"{k.shape}, v {v.shape}, null_axes {a0.shape}")
+    if convention not in ("p2", "kpca"):
+        raise ValueError(f"unknown axis convention {convention!r}; use 'p2' or 'kpca'")
+    s = 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+    with timed("gram"):
+        if standardize_keys:
+            k = standardize(k)
+        scores = s * (k @ k.T)  # spec §1: S = s·K Kᵀ
+        log_g = logsumexp(scores, axis=1)  # log g_j = logsumexp_m S_jm
+        k_phi = np.exp(scores - log_g[:, None] - log_g[None, :])  # K_φ in log space
+        h = centring_matrix(n)
+        k_centred = h @ k_phi @ h  # K̃ = H K_φ H
+        k_centred = 0.5 * (k_centred + k_centred.T)
+        threshold = n * EPS * float(np.linalg.eigvalsh(k_phi)[-1])  # N·ε·‖K_φ‖₂ (K_φ is PSD)
+    with timed("eigen"):
+        mu, vecs = np.linalg.eigh(k_centred)
+        mu, vecs = mu[::-1], vecs[:, ::-1]
+        axes = sign_fixed(vecs[:, :m])
+    with timed("metrics"):
+        if convention == "kpca":
+            axes = axes / np.sqrt(np.maximum(mu[:m], TINY))
+        g_inv = np.diag(np.exp(-log_g))  # G = diag(1/g_j)
+        v_hat = pad_columns(g_inv @ h @ axes, d)  # P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
+        v_null = pad_columns(g_inv @ h @ a0, d)  # spec §2: V̂₀ = G(I − 11ᵀ/N)A₀
+        out: dict[str, float] = {}
+        for suffix, target in (("", v_hat), ("_null", v_null)):
+            for name, fn in METRICS.items():
+                out[name + suffix] = fn(v, target)
+    with timed("assignment"):
+        for suffix, target in (("", v_hat), ("_null", v_null)):
+            out["optimal_cosine" + suffix] = optimal_cosine(v, target)
+    mu_d = float(mu[d - 1]) if d <= n else 0.0
+    out["undetermined"] = float(d > n or mu_d <= threshold)
+    out["mu_d"] = mu_d
+    out["threshold"] = threshold
+    return out
+
+
+def reference_claim_v(heads: Iterable[tuple], scale: float | None = None,
+                      standardize_keys: bool = False, convention: str = "p2",
+                      clock: StageClock | None = None) -> list[dict[str, float]]:
+    """:func:`reference_head` for each ``(k, v, null_axes)`` of ``heads``, one after the other.
+
+    This is the loop the batched path replaces: one head per iteration, over whatever
+    (sample, layer, head) triples the caller enumerates.
+    """
+    return [reference_head(k, v, a0, scale=scale, standardize_keys=standardize_keys,
+                           convention=convention, clock=clock) for k, v, a0 in heads]

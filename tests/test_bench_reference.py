@@ -1,0 +1,75 @@
+"""The plain per-head reference of the benchmark (bench/reference.py) against the batched claim-V
+path (checks.value_vectors): two independent routes to the same 16 metrics (spec §2)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bench.reference import METRIC_NAMES, StageClock, reference_claim_v, reference_head
+from checks.gram import KeyGram
+from checks.value_vectors import random_orthonormal, value_vector_metrics_batched
+
+F64 = torch.float64
+NAMES = tuple(METRIC_NAMES) + tuple(f"{n}_null" for n in METRIC_NAMES)
+
+
+def heads(b: int, n: int, d: int, seed: int, key_scale: float = 1.0):
+    g = torch.Generator().manual_seed(seed)
+    k = key_scale * torch.randn(b, n, d, generator=g, dtype=F64)
+    v = torch.randn(b, n, d, generator=g, dtype=F64)
+    return k, v, random_orthonormal(n, min(n, d), seed + 1, (b,))
+
+
+def close(a: float, b: float, rtol: float, floor: float = 1e-3) -> bool:
+    return abs(a - b) <= rtol * max(abs(a), abs(b), floor)
+
+
+@pytest.mark.parametrize("n, d, key_scale, standardize, convention", [
+    (12, 4, 1.0, False, "p2"),
+    (20, 6, 3.0, False, "p2"),
+    (16, 5, 1.0, True, "p2"),
+    (15, 4, 1.0, False, "kpca"),
+    (5, 8, 1.0, False, "p2"),  # N < d: V̂ padded with zero columns, undetermined
+])
+def test_reference_equals_batched_path(n, d, key_scale, standardize, convention):
+    k, v, a0 = heads(3, n, d, seed=n + d, key_scale=key_scale)
+    ours = value_vector_metrics_batched(k, v, null_axes=a0, standardize=standardize,
+                                        convention=convention)
+    clock = StageClock()
+    refs = reference_claim_v(zip(k, v, a0), standardize_keys=standardize, convention=convention,
+                             clock=clock)
+    for b, ref in enumerate(refs):
+        for name in NAMES:
+            got = float(ours[name][b])
+            assert close(got, ref[name], 1e-8), (name, b, got, ref[name])
+        assert bool(ours["undetermined"][b]) == bool(ref["undetermined"])
+        assert close(float(ours["mu_d"][b]), ref["mu_d"], 1e-8, floor=1e-300)
+        # ours: a 50-step power iteration (a lower bound of ‖K_φ‖₂); the reference: exact
+        thr = float(ours["threshold"][b])
+        assert ref["threshold"] * (1 - 1e-3) <= thr <= ref["threshold"] * (1 + 1e-12)
+    assert set(clock.wall) == {"gram", "eigen", "metrics", "assignment"}
+
+
+def test_reference_known_answer_v_equals_v_hat():
+    """V := V̂ of the same keys: every metric at its perfect value, the null far from it."""
+    k, _, a0 = heads(1, 14, 4, seed=3)
+    v_hat = KeyGram(k[0]).kpca_values()
+    ref = reference_head(k[0], v_hat, a0[0])
+    for name in ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka", "pearson",
+                 "allclose", "subspace_overlap"):
+        assert math.isclose(ref[name], 1.0, abs_tol=1e-10), name
+    assert ref["relative_frobenius"] < 1e-10
+    assert ref["subspace_overlap_null"] < 0.9 and ref["allclose_null"] == 0.0
+
+
+def test_reference_rejects_bad_shapes():
+    k, v, a0 = heads(1, 10, 4, seed=0)
+    with pytest.raises(ValueError, match="null_axes"):
+        reference_head(k[0], v[0], a0[0][:, :3])
+    with pytest.raises(ValueError, match="2-D"):
+        reference_head(k, v, a0)
+    with pytest.raises(ValueError, match="NaN"):
+        reference_head(k[0] * float("nan"), v[0], a0[0])
