@@ -128,17 +128,19 @@ class KeyGram:
         self.keys = k
         self.scores = score_matrix(k, self.scale)
         self.log_g = log_normaliser(self.scores)
-        self.gram = normalized_gram(self.scores, self.log_g)
-        self.centred = center_gram(self.gram)
-        check_finite(self.centred, "centred Gram matrix")
         # The spectrum is taken of K_φ / max K_φ (exact in log space) and scaled back: keys with
         # s·‖k‖² beyond the dtype's exponent range leave K_φ subnormal or zero, where eigh sees
-        # only round-off. Eigenvectors and the undetermined test are scale-free.
+        # only round-off. Eigenvectors and the undetermined test are scale-free. K_φ and K̃ are
+        # derived from the unit-peak matrix, so each N×N matrix is built and centred once.
         log_peak = (self.scores - self.log_g.unsqueeze(-1) - self.log_g.unsqueeze(-2)).amax(dim=(-2, -1))
         unit = normalized_gram(self.scores - log_peak[..., None, None], self.log_g)  # max entry 1
-        mu, self.eigenvectors = sorted_eigh(center_gram(unit))
-        unit_threshold = undetermined_threshold(unit)
+        unit_centred = center_gram(unit)
+        check_finite(unit_centred, "centred Gram matrix")
         peak = torch.exp(log_peak)
+        self.gram = unit * peak[..., None, None]
+        self.centred = unit_centred * peak[..., None, None]
+        mu, self.eigenvectors = sorted_eigh(unit_centred)
+        unit_threshold = undetermined_threshold(unit)
         self.eigenvalues = mu * peak.unsqueeze(-1)
         self.threshold = unit_threshold * peak
         if d <= n:
