@@ -255,19 +255,6 @@ def test_bad_text_input_stops_at_startup(pytester, tmp_path, files, args, fragme
         assert fragment in line, line
 
 
-def test_bad_input_set_today_fails_each_test_with_the_sentence(pytester, tmp_path, files):
-    """What happens until the plugin validates inputs: every test of the model fails, each with
-    the same one-sentence InputError (exit 1). Documents the gap the proposed diff closes."""
-    result = claims(pytester, tmp_path, "--checkpoint", str(files["tiny"]), "--arch", ARCH,
-                    *TINY_RUN, "-k", "value_vectors", "--images", str(files["no_images"]))
-    if result.ret == pytest.ExitCode.USAGE_ERROR:
-        pytest.skip("the plugin validates inputs at configure time now: see the tests above")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    errors = [line for line in result.stdout.lines if line.startswith("E   ")
-              and "InputError" in line]
-    assert len(errors) == 2 and all("holds no image files" in line for line in errors)
-
-
 # ------------------------------------------------------------------------ 1. input: warn cases
 def _input_set(tmp_path: Path) -> dict:
     results = json.loads((tmp_path / "out" / "results.json").read_text())
