@@ -242,7 +242,8 @@ def test_flat_folder_skips_non_images_with_a_note(tmp_path):
     (tmp_path / "readme.txt").write_text("not an image")
     (tmp_path / ".DS_Store").write_bytes(b"\0\1")
     (tmp_path / "labels.csv").write_text("a,1\n")
-    s = I.load_image_dir(tmp_path, n=10, seed=0)
+    with pytest.warns(I.InputWarning, match="skipped 3 non-image files"):
+        s = I.load_image_dir(tmp_path, n=10, seed=0)
     assert sorted(s.names) == ["a.png", "b.PNG", "c.bmp"]
     assert s.notes[0] == "requested 10 images, 3 available: using all 3 (seed 0)"
     assert any(note.startswith("skipped 3 non-image files") for note in s.notes)
@@ -357,7 +358,8 @@ def test_tokenize_truncation_note_and_right_padding(tokenizer):
     texts = ["hi", "a somewhat longer sentence that needs more than eight tokens", "one two three"]
     tokenizer.padding_side = "left"  # must be overridden for the call and restored after
     try:
-        tensors, notes = I.tokenize_texts(tokenizer, texts, max_length=8)
+        with pytest.warns(I.InputWarning, match="1 of 3 texts are longer than max_length=8"):
+            tensors, notes = I.tokenize_texts(tokenizer, texts, max_length=8)
         assert tokenizer.padding_side == "left"
     finally:
         tokenizer.padding_side = "right"
