@@ -92,6 +92,7 @@ class RssSampler:
         self._proc = psutil.Process()
         self._interval = interval
         self._peak = 0
+        self._lock = threading.Lock()  # a window's reset must not be overwritten by a stale max
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -101,18 +102,22 @@ class RssSampler:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._peak = max(self._peak, self.rss())
+            rss = self.rss()
+            with self._lock:
+                self._peak = max(self._peak, rss)
             time.sleep(self._interval)
 
     @contextlib.contextmanager
     def window(self):
-        rec = {"start": self.rss()}
-        self._peak = rec["start"]
+        with self._lock:
+            rec = {"start": self.rss()}
+            self._peak = rec["start"]
         try:
             yield rec
         finally:
-            rec["peak"] = max(self._peak, self.rss())
-            rec["end"] = self.rss()
+            end = self.rss()
+            with self._lock:
+                rec["peak"], rec["end"] = max(self._peak, end), end
 
     def close(self) -> None:
         self._stop.set()
@@ -120,7 +125,7 @@ class RssSampler:
 
 
 class Timers:
-    """Accumulated wall and CPU seconds per stage name, fed by :func:`instrument`'s wrappers."""
+    """Accumulated wall and CPU seconds per stage name, fed by the wrappers of :func:`bench_model`."""
 
     def __init__(self) -> None:
         self.wall: dict[str, float] = {}

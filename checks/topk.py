@@ -204,9 +204,10 @@ def subspace_iteration(matrix: torch.Tensor, m: int, tol: float = DEFAULT_TOL,
         top = theta[:, :1, None]
         upper = theta[:, -1:, None].clamp_min(0.0)
         lower = torch.zeros_like(upper)
-        # a flat block (θ_k ≈ θ_1) leaves no interval to damp: keep upper a hair below top
+        # keep lower < upper < top: a flat block (θ_k ≈ θ_1) leaves no interval to damp, and a
+        # block reaching the null space (θ_k ≈ 0) must not shrink the interval below round-off
         upper = torch.minimum(upper, top - 1e-3 * scale[:, None, None])
-        upper = torch.maximum(upper, lower + tiny)
+        upper = torch.maximum(upper, lower + n * torch.finfo(dtype).eps * scale[:, None, None])
         x = torch.linalg.qr(chebyshev_filter(mats, xr, lower, upper, top, degree)).Q
     return theta_out, vec_out, done, residual_out
 

@@ -91,6 +91,15 @@ def test_plain_power_iteration_converges_on_a_separated_spectrum():
     assert projector_gap(vec, q[:, :m]) <= 1e-8
 
 
+def test_rank_deficient_matrix_block_reaching_the_null_space():
+    n, m = 300, 8  # rank 12 < block of m + oversample = 16 columns: θ_k is round-off
+    lam = torch.cat([2.0 ** -torch.arange(12, dtype=F64), torch.zeros(n - 12, dtype=F64)])
+    mat, q = known(n, lam, seed=4)
+    mu, vec = top_eigh(mat, m, method="subspace")
+    assert torch.allclose(mu, lam[:m], rtol=1e-10, atol=0)
+    assert torch.allclose(vec, gram.fix_signs(q[:, :m]), atol=1e-8, rtol=0)
+
+
 def test_auto_dispatch_and_fallback(monkeypatch):
     mat = key_gram(320, 32, seed=5)
     full = gram.sorted_eigh(mat)
