@@ -51,7 +51,8 @@ def center_gram(gram: torch.Tensor) -> torch.Tensor:
     """K̃ = H K H with H = I − 11ᵀ/N, by subtracting row and column means (spec §1)."""
     row = gram.mean(dim=-1, keepdim=True)
     col = gram.mean(dim=-2, keepdim=True)
-    return gram - row - col + gram.mean(dim=(-2, -1), keepdim=True)
+    out = gram - row  # one N×N temporary, then in place
+    return out.sub_(col).add_(row.mean(dim=-2, keepdim=True))
 
 
 def fix_signs(vectors: torch.Tensor) -> torch.Tensor:
@@ -84,18 +85,44 @@ def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     return centred * torch.exp(-log_g).unsqueeze(-1)
 
 
-def psd_spectral_norm(gram: torch.Tensor, iterations: int = 50) -> torch.Tensor:
-    """‖K‖₂ of symmetric PSD matrices [..., N, N] by power iteration from the all-ones vector.
+def psd_spectral_norm(gram: torch.Tensor, max_steps: int = 96, rtol: float = 1e-13) -> torch.Tensor:
+    """‖K‖₂ of symmetric PSD matrices [..., N, N]: the top Ritz value of a Krylov subspace.
 
-    For K_φ (positive entries) the Perron vector is positive, so the start is never orthogonal to
-    it. Returns the Rayleigh quotient [...], a lower bound that converges to ‖K‖₂.
+    Lanczos with full re-orthogonalisation from the all-ones vector (for K_φ, with positive
+    entries, the Perron vector is positive, so the start is never orthogonal to it). Every 8
+    products K q the largest eigenvalue of QᵀKQ is taken; it stops once no item's value moved by
+    more than ``rtol`` relative since the last look, or after min(max_steps, N) products. A lower
+    bound on ‖K‖₂ that converges far faster than power iteration when λ₂/λ₁ is close to 1 (0.96
+    for some all-MiniLM-L6-v2 heads, where 50 power steps leave 3e-6 relative; 16–24 Krylov
+    steps agree with ``eigvalsh`` to round-off). Returns [...].
     """
-    x = torch.ones(gram.shape[:-1], dtype=gram.dtype, device=gram.device)
-    x = x / x.norm(dim=-1, keepdim=True)
-    for _ in range(iterations):
-        y = (gram @ x.unsqueeze(-1)).squeeze(-1)
-        x = y / y.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(gram.dtype).tiny)
-    return (x * (gram @ x.unsqueeze(-1)).squeeze(-1)).sum(-1)
+    n = gram.shape[-1]
+    m = min(max_steps, n)
+    tiny = torch.finfo(gram.dtype).tiny
+    basis = torch.empty(*gram.shape[:-1], m, dtype=gram.dtype, device=gram.device)
+    images = torch.empty_like(basis)
+    basis[..., 0] = 1.0 / math.sqrt(n)
+    top = None
+    for j in range(m):
+        w = gram @ basis[..., j:j + 1]
+        images[..., j:j + 1] = w
+        if (j + 1) % 8 == 0 or j + 1 == m:
+            projected = basis[..., : j + 1].transpose(-1, -2) @ images[..., : j + 1]  # QᵀKQ
+            ritz = torch.linalg.eigvalsh(0.5 * (projected + projected.transpose(-1, -2)))[..., -1]
+            if j + 1 == m or (top is not None
+                              and bool(((ritz - top).abs() <= rtol * ritz.abs()).all())):
+                return ritz
+            top = ritz
+        done = basis[..., : j + 1]
+        scale = torch.linalg.vector_norm(w, dim=-2, keepdim=True)
+        for _ in range(2):  # classical Gram–Schmidt, twice, against every earlier vector
+            w = w - done @ (done.transpose(-1, -2) @ w)
+        norm = torch.linalg.vector_norm(w, dim=-2, keepdim=True)
+        # An exhausted Krylov space (what is left is round-off): continue with a zero vector,
+        # which adds a zero row and column to QᵀKQ and changes no Ritz value.
+        alive = norm > 1e3 * torch.finfo(gram.dtype).eps * scale
+        basis[..., j + 1:j + 2] = torch.where(alive, w / norm.clamp_min(tiny), 0.0)
+    raise AssertionError("unreachable: the loop returns at its last step")
 
 
 def undetermined_threshold(gram: torch.Tensor) -> torch.Tensor:
@@ -110,12 +137,19 @@ class KeyGram:
 
     Attributes (shapes for keys [..., N, d]): ``scale`` (float), ``scores`` S [..., N, N],
     ``log_g`` [..., N], ``gram`` K_φ [..., N, N], ``centred`` K̃ [..., N, N],
-    ``eigenvalues`` μ [..., N] (descending), ``eigenvectors`` A [..., N, N] (sign-fixed),
+    ``eigenvalues`` μ [..., M] (descending), ``eigenvectors`` A [..., N, M] (sign-fixed),
     ``threshold`` N·ε·‖K_φ‖₂ [...], ``undetermined`` (μ_d ≤ threshold) bool [...].
+
+    M = N by default (the full spectrum, which claim E needs). ``top=m`` keeps only the m ≤ N
+    leading eigenpairs (M = min(m, N)), found by :func:`checks.topk.top_eigh` with
+    ``eigen_method`` ("auto": the full eigh up to its measured crossover size, subspace iteration
+    above): claim V needs only the top d, and for long sequences that avoids the O(N³) full
+    decomposition.
     """
 
     def __init__(self, k: torch.Tensor, scale: float | None = None, standardize: bool = False,
-                 dtype: torch.dtype = DEFAULT_DTYPE):
+                 dtype: torch.dtype = DEFAULT_DTYPE, top: int | None = None,
+                 eigen_method: str = "auto"):
         if k.ndim < 2:
             raise ValueError(f"keys must have shape [..., N, d], got {tuple(k.shape)}")
         n, d = k.shape[-2], k.shape[-1]
@@ -132,14 +166,22 @@ class KeyGram:
         # s·‖k‖² beyond the dtype's exponent range leave K_φ subnormal or zero, where eigh sees
         # only round-off. Eigenvectors and the undetermined test are scale-free. K_φ and K̃ are
         # derived from the unit-peak matrix, so each N×N matrix is built and centred once.
-        log_peak = (self.scores - self.log_g.unsqueeze(-1) - self.log_g.unsqueeze(-2)).amax(dim=(-2, -1))
-        unit = normalized_gram(self.scores - log_peak[..., None, None], self.log_g)  # max entry 1
+        log_unit = self.scores - self.log_g.unsqueeze(-1)  # log K_φ, as normalized_gram, in place
+        log_unit.sub_(self.log_g.unsqueeze(-2))
+        log_peak = log_unit.amax(dim=(-2, -1))
+        unit = log_unit.sub_(log_peak[..., None, None]).exp_()  # K_φ / max K_φ: max entry 1
         unit_centred = center_gram(unit)
         check_finite(unit_centred, "centred Gram matrix")
         peak = torch.exp(log_peak)
-        self.gram = unit * peak[..., None, None]
-        self.centred = unit_centred * peak[..., None, None]
-        mu, self.eigenvectors = sorted_eigh(unit_centred)
+        self._unit, self._unit_centred, self._peak = unit, unit_centred, peak
+        if top is None:
+            mu, self.eigenvectors = sorted_eigh(unit_centred)
+        else:
+            if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+                raise ValueError(f"top must be a positive int (eigenpairs to keep), got {top!r}")
+            from .topk import top_eigh  # topk builds on this module
+
+            mu, self.eigenvectors = top_eigh(unit_centred, min(top, n), method=eigen_method)
         unit_threshold = undetermined_threshold(unit)
         self.eigenvalues = mu * peak.unsqueeze(-1)
         self.threshold = unit_threshold * peak
@@ -148,10 +190,24 @@ class KeyGram:
         else:  # fewer tokens than value dimensions: V̂ cannot have d determined columns
             self.undetermined = torch.ones(k.shape[:-2], dtype=torch.bool, device=k.device)
 
+    @property
+    def gram(self) -> torch.Tensor:
+        """K_φ [..., N, N] (built on first use from the unit-peak matrix)."""
+        return self._unit * self._peak[..., None, None]
+
+    @property
+    def centred(self) -> torch.Tensor:
+        """K̃ = H K_φ H [..., N, N]."""
+        return self._unit_centred * self._peak[..., None, None]
+
     def axes(self, m: int | None = None) -> torch.Tensor:
         """A = [a_1 … a_m], the top-m unit eigenvectors (m = d by default), shape [..., N, m]."""
-        m = self.d if m is None else m
-        return self.eigenvectors[..., : min(m, self.n)]
+        m = min(self.d if m is None else m, self.n)
+        available = self.eigenvectors.shape[-1]
+        if m > available:
+            raise ValueError(f"only the top {available} eigenvectors were computed (top=...), "
+                             f"not {m}")
+        return self.eigenvectors[..., :m]
 
     def kpca_values(self, convention: str = "p2") -> torch.Tensor:
         """V̂ [..., N, min(d, N)]. ``"p2"``: unit a_m (the thresholds' convention); ``"kpca"``: a_m/√μ_m."""

@@ -53,6 +53,11 @@ def _rescale(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return x / peak.clamp_min(_tiny(x))
 
 
+def _peak_one(x: torch.Tensor) -> torch.Tensor:
+    """Matrices [..., a, b] divided by their largest magnitude (the matrix metrics' first step)."""
+    return _rescale(x, (-2, -1))
+
+
 def _unit_rows(x: torch.Tensor) -> torch.Tensor:
     """Rows scaled to unit Euclidean norm; a zero row stays zero (module docstring)."""
     x = _rescale(x, (-1,))
@@ -66,18 +71,37 @@ def _unit_frobenius(x: torch.Tensor) -> torch.Tensor:
     return x / norm.clamp_min(_tiny(x))
 
 
+# Each metric is split into per-operand pieces (the ``_*_operand`` helpers: what depends on one
+# matrix only) and a pairing step (``_*_pair``). The public metric functions compose the two;
+# :func:`metric_suite` composes the same pieces but computes the learned V's side once for V̂ and
+# the null V̂₀ together. Every formula lives in exactly one of these helpers.
+
+def _cosine_pair(ux: torch.Tensor, uy: torch.Tensor) -> torch.Tensor:
+    """C = U_x U_yᵀ from unit rows, clamped to [−1, 1], [..., N, N] (spec §2: cos(v_j, v̂_k))."""
+    return (ux @ uy.transpose(-1, -2)).clamp(-1.0, 1.0)
+
+
+def _direct_pair(ux: torch.Tensor, uy: torch.Tensor) -> torch.Tensor:
+    """Mean over tokens of cos(x_j, y_j) from unit rows, [...] (spec §2: cos(v_j, v̂_j))."""
+    return (ux * uy).sum(-1).clamp(-1.0, 1.0).mean(-1)
+
+
+def _matched_mean(cos: torch.Tensor) -> torch.Tensor:
+    """Mean of cos[j, π(j)] under the optimal matching π, [...] (spec §2: cos(v_j, v̂_π(j)))."""
+    perm = optimal_matching(cos)
+    return torch.gather(cos, -1, perm.unsqueeze(-1)).squeeze(-1).mean(-1)
+
+
 def cosine_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """C[..., j, k] = cos(x_j, y_k) between the token rows of x and y, shape [..., N, N] (spec §2)."""
     _check_pair(x, y)
-    c = _unit_rows(x) @ _unit_rows(y).transpose(-1, -2)  # spec §2: cos(v_j, v̂_k)
-    return c.clamp(-1.0, 1.0)
+    return _cosine_pair(_unit_rows(x), _unit_rows(y))
 
 
 def direct_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean over tokens j of cos(x_j, y_j), shape [...]; a zero row counts as 0 (spec §2, P2)."""
     _check_pair(x, y)
-    cos = (_unit_rows(x) * _unit_rows(y)).sum(-1).clamp(-1.0, 1.0)  # spec §2: cos(v_j, v̂_j)
-    return cos.mean(-1)
+    return _direct_pair(_unit_rows(x), _unit_rows(y))
 
 
 def optimal_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -85,10 +109,16 @@ def optimal_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     π comes from :func:`checks.assignment.optimal_matching` (Hungarian method), shape [...].
     """
-    c = cosine_matrix(x, y)
-    perm = optimal_matching(c)
-    matched = torch.gather(c, -1, perm.unsqueeze(-1)).squeeze(-1)  # spec §2: cos(v_j, v̂_π(j))
-    return matched.mean(-1)
+    return matched_cosine(cosine_matrix(x, y))
+
+
+def matched_cosine(cos: torch.Tensor) -> torch.Tensor:
+    """The optimal cosine from a cosine matrix [..., N, N] of :func:`cosine_matrix`, shape [...].
+
+    The Hungarian step on its own, so that a caller can run it apart from the tensor math (on
+    the CPU while the device works on the next batch); see :func:`metric_suite`.
+    """
+    return _matched_mean(cos)
 
 
 def linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -98,13 +128,21 @@ def linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     ⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F) with K_X = XXᵀ. A zero-variance operand gives 0.
     """
     _check_pair(x, y)
-    xs, ys = _rescale(x, (-2, -1)), _rescale(y, (-2, -1))
+    return _linear_cka_pair(_linear_cka_operand(_peak_one(x)), _linear_cka_operand(_peak_one(y)))
+
+
+def _linear_cka_operand(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Xc, ‖XcᵀXc‖_F): xs (peak 1) column-centred (H X) at unit Frobenius norm, and its self-term."""
     xc = _unit_frobenius(xs - xs.mean(-2, keepdim=True))  # column-centred: H X
-    yc = _unit_frobenius(ys - ys.mean(-2, keepdim=True))
+    return xc, torch.linalg.matrix_norm(xc.transpose(-1, -2) @ xc)  # ‖XcᵀXc‖_F
+
+
+def _linear_cka_pair(px: tuple[torch.Tensor, torch.Tensor],
+                     py: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """‖YcᵀXc‖²_F / (‖XcᵀXc‖_F ‖YcᵀYc‖_F) from two :func:`_linear_cka_operand` results."""
+    (xc, self_x), (yc, self_y) = px, py
     cross = torch.linalg.matrix_norm(yc.transpose(-1, -2) @ xc) ** 2  # spec §2: ‖YcᵀXc‖²_F
-    self_x = torch.linalg.matrix_norm(xc.transpose(-1, -2) @ xc)  # ‖XcᵀXc‖_F
-    self_y = torch.linalg.matrix_norm(yc.transpose(-1, -2) @ yc)  # ‖YcᵀYc‖_F
-    return cross / (self_x * self_y).clamp_min(_tiny(x))
+    return cross / (self_x * self_y).clamp_min(_tiny(xc))
 
 
 def squared_distances(x: torch.Tensor) -> torch.Tensor:
@@ -113,10 +151,10 @@ def squared_distances(x: torch.Tensor) -> torch.Tensor:
     Clamped at 0 and with an exactly zero diagonal (``torch.cdist`` leaves round-off there).
     """
     sq = (x * x).sum(-1)
-    d2 = sq.unsqueeze(-1) + sq.unsqueeze(-2) - 2.0 * (x @ x.transpose(-1, -2))  # spec §2
-    d2 = d2.clamp_min(0.0)
-    eye = torch.eye(x.shape[-2], dtype=torch.bool, device=x.device)
-    return d2.masked_fill(eye, 0.0)
+    d2 = (x @ x.transpose(-1, -2)).mul_(-2.0)  # spec §2: ‖x_i‖² + ‖x_j‖² − 2x_iᵀx_j, in place
+    d2.add_(sq.unsqueeze(-1)).add_(sq.unsqueeze(-2)).clamp_min_(0.0)
+    d2.diagonal(dim1=-2, dim2=-1).zero_()
+    return d2
 
 
 def median_bandwidth(x: torch.Tensor) -> torch.Tensor:
@@ -124,12 +162,16 @@ def median_bandwidth(x: torch.Tensor) -> torch.Tensor:
 
     Spec §2, kernel CKA. Needs N ≥ 2 tokens.
     """
-    n = x.shape[-2]
+    return _median_pair_distance(squared_distances(x))
+
+
+def _median_pair_distance(d2: torch.Tensor) -> torch.Tensor:
+    """The lower median of the strictly upper triangle of squared distances [..., N, N], [...]."""
+    n = d2.shape[-1]
     if n < 2:
         raise ValueError(f"kernel CKA needs at least 2 tokens, got N={n}")
-    iu = torch.triu_indices(n, n, offset=1, device=x.device)
-    pairs = squared_distances(x)[..., iu[0], iu[1]]
-    return pairs.median(dim=-1).values  # spec §2: lower of the two middle values
+    iu = torch.triu_indices(n, n, offset=1, device=d2.device)
+    return d2[..., iu[0], iu[1]].median(dim=-1).values  # spec §2: lower of the two middle values
 
 
 def rbf_gram(x: torch.Tensor) -> torch.Tensor:
@@ -138,15 +180,19 @@ def rbf_gram(x: torch.Tensor) -> torch.Tensor:
     σ² is clamped at finfo.tiny: when more than half the pairs coincide (σ² = 0) coinciding tokens
     get 1 and all others 0, instead of NaN.
     """
-    sigma2 = median_bandwidth(x).clamp_min(_tiny(x))
-    return torch.exp(-squared_distances(x) / (2.0 * sigma2[..., None, None]))  # spec §2
+    d2 = squared_distances(x)
+    sigma2 = _median_pair_distance(d2).clamp_min(_tiny(x))
+    return d2.div_(-2.0 * sigma2[..., None, None]).exp_()  # spec §2: exp(−‖x_i − x_j‖²/(2σ²))
 
 
-def _gram_cka(kx: torch.Tensor, ky: torch.Tensor) -> torch.Tensor:
-    """⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F) for Gram matrices [..., N, N] (spec §2, CKA)."""
-    cx = _unit_frobenius(center_gram(kx))
-    cy = _unit_frobenius(center_gram(ky))
+def _gram_cka_pair(cx: torch.Tensor, cy: torch.Tensor) -> torch.Tensor:
+    """⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F) from centred Grams at unit Frobenius norm (spec §2)."""
     return (cx * cy).sum(dim=(-2, -1))
+
+
+def _kernel_cka_operand(xs: torch.Tensor) -> torch.Tensor:
+    """H K H / ‖H K H‖_F for the RBF Gram K of xs (peak 1; median bandwidth), [..., N, N]."""
+    return _unit_frobenius(center_gram(rbf_gram(xs)))
 
 
 def kernel_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -155,9 +201,7 @@ def kernel_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Invariant to orthogonal maps and isotropic scaling of either operand.
     """
     _check_pair(x, y)
-    kx = rbf_gram(_rescale(x, (-2, -1)))
-    ky = rbf_gram(_rescale(y, (-2, -1)))
-    return _gram_cka(kx, ky)
+    return _gram_cka_pair(_kernel_cka_operand(_peak_one(x)), _kernel_cka_operand(_peak_one(y)))
 
 
 def relative_frobenius(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -167,6 +211,11 @@ def relative_frobenius(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     ‖X‖_F = 0 the ratio is 0 if Y is zero too and +inf otherwise (an undefined ratio, never NaN).
     """
     _check_pair(x, y)
+    return _relative_frobenius_pair(x, y)
+
+
+def _relative_frobenius_pair(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """:func:`relative_frobenius` without the input checks."""
     peak = torch.maximum(x.abs().amax(dim=(-2, -1)), y.abs().amax(dim=(-2, -1)))
     peak = peak.clamp_min(_tiny(x))[..., None, None]
     xs, ys = x / peak, y / peak
@@ -183,30 +232,52 @@ def pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Shape [...] (spec §2, P2). A zero-variance row contributes 0.
     """
     _check_pair(x, y)
-    xr, yr = _rescale(x, (-1,)), _rescale(y, (-1,))
-    xc = _unit_rows(xr - xr.mean(-1, keepdim=True))
-    yc = _unit_rows(yr - yr.mean(-1, keepdim=True))
-    r = (xc * yc).sum(-1).clamp(-1.0, 1.0)  # spec §2: corr(v_j, v̂_j) over features
-    return r.mean(-1)
+    return _direct_pair(_pearson_operand(x), _pearson_operand(y))  # spec §2: corr(v_j, v̂_j)
+
+
+def _pearson_operand(x: torch.Tensor) -> torch.Tensor:
+    """Rows centred over the features and scaled to unit norm: corr(x_j, y_j) = their dot product."""
+    xr = _rescale(x, (-1,))
+    return _unit_rows(xr - xr.mean(-1, keepdim=True))
 
 
 def allclose(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Bool [...]: every entry obeys |x − y| ≤ 1e-5 + 1e-3·|y|, y = V̂ (spec §2, P2 allclose rate)."""
     _check_pair(x, y)
+    return _allclose_pair(x, y)
+
+
+def _allclose_pair(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """:func:`allclose` without the input checks."""
     ok = (x - y).abs() <= ALLCLOSE_ATOL + ALLCLOSE_RTOL * y.abs()  # spec §2
     return ok.all(dim=-1).all(dim=-1)
 
 
-def _orthonormal_column_basis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Q [..., N, k], rank [...]): Q spans x's numerical column space, columns past the rank zero.
+def _orthonormal_column_basis(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q [..., N, k], rank [...]): Q spans the numerical column space of xs (peak 1, see
+    :func:`_peak_one`); columns past the rank are zero.
 
     Rank = number of singular values > max(N, d)·ε·σ_max (NumPy's ``matrix_rank`` rule); a zero
-    matrix has rank 0.
+    matrix has rank 0. For tall x (N ≥ 2d) the singular values come from the small R of x = QR
+    and, when the rank is full, Q itself is the basis; only rank-deficient items take the SVD.
     """
-    u, s, _ = torch.linalg.svd(_rescale(x, (-2, -1)), full_matrices=False)
-    tol = max(x.shape[-2], x.shape[-1]) * torch.finfo(x.dtype).eps * s[..., :1]
-    keep = s > tol
-    return u * keep.to(x.dtype).unsqueeze(-2), keep.sum(-1)
+    x = xs
+    n, d = x.shape[-2], x.shape[-1]
+    eps = torch.finfo(x.dtype).eps
+    if n < 2 * d:
+        u, s, _ = torch.linalg.svd(xs, full_matrices=False)
+        keep = s > max(n, d) * eps * s[..., :1]
+        return u * keep.to(x.dtype).unsqueeze(-2), keep.sum(-1)
+    q, r = torch.linalg.qr(xs)
+    s = torch.linalg.svdvals(r)  # the singular values of x
+    keep = s > max(n, d) * eps * s[..., :1]
+    rank = keep.sum(-1)
+    deficient = rank < d
+    if bool(deficient.any()):
+        u, _, _ = torch.linalg.svd(xs[deficient], full_matrices=False)
+        q = q.clone()
+        q[deficient] = u * keep[deficient].to(x.dtype).unsqueeze(-2)
+    return q, rank
 
 
 def subspace_overlap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -219,7 +290,56 @@ def subspace_overlap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     invertible map of the columns. 0 when either operand is zero. Shape [...].
     """
     _check_pair(x, y)
-    qx, rank_x = _orthonormal_column_basis(x)
-    qy, rank_y = _orthonormal_column_basis(y)
+    return _overlap_pair(_orthonormal_column_basis(_peak_one(x)),
+                         _orthonormal_column_basis(_peak_one(y)))
+
+
+def _overlap_pair(bx: tuple[torch.Tensor, torch.Tensor],
+                  by: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """‖Q_xᵀQ_y‖²_F / max(rank x, rank y) from two :func:`_orthonormal_column_basis` results."""
+    (qx, rank_x), (qy, rank_y) = bx, by
     total = torch.linalg.matrix_norm(qx.transpose(-1, -2) @ qy) ** 2  # spec §2: Σ cos²θ_i
-    return total / torch.maximum(rank_x, rank_y).clamp_min(1).to(x.dtype)
+    return total / torch.maximum(rank_x, rank_y).clamp_min(1).to(qx.dtype)
+
+
+SUITE_NAMES = ("direct_cosine", "linear_cka", "kernel_cka", "relative_frobenius", "pearson",
+               "allclose", "subspace_overlap")
+
+
+def metric_suite(x: torch.Tensor, ys: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Every metric of x against each of several targets, with x's side computed once.
+
+    Parameters
+    ----------
+    x : Tensor [..., N, d]
+        The learned values V.
+    ys : Tensor [T, ..., N, d]
+        T targets (for claim V: V̂ and the null V̂₀).
+
+    Returns
+    -------
+    (metrics, cos)
+        ``metrics``: each name of :data:`SUITE_NAMES` → Tensor [T, ...], equal to the metric
+        function of that name applied to (x, ys[t]) (``allclose`` as bool). ``cos``: the cosine
+        matrices [T, ..., N, N] of :func:`cosine_matrix`; :func:`matched_cosine` turns them into
+        the optimal cosine, left to the caller so the Hungarian step can run apart.
+    """
+    if not isinstance(ys, torch.Tensor) or ys.ndim != x.ndim + 1:
+        raise ValueError("ys must stack the targets along a new leading axis: [T, ..., N, d]")
+    _check_pair(x.expand_as(ys), ys)  # shapes, dtypes and finiteness of both, once
+    xb, xs, yss = x.unsqueeze(0), _peak_one(x), _peak_one(ys)
+    ux, uy = _unit_rows(xs).unsqueeze(0), _unit_rows(yss)
+    out = {
+        "direct_cosine": _direct_pair(ux, uy),
+        "linear_cka": _linear_cka_pair(tuple(t.unsqueeze(0) for t in _linear_cka_operand(xs)),
+                                       _linear_cka_operand(yss)),
+        "kernel_cka": _gram_cka_pair(_kernel_cka_operand(xs).unsqueeze(0),
+                                     _kernel_cka_operand(yss)),
+        "relative_frobenius": _relative_frobenius_pair(xb, ys),
+        "pearson": _direct_pair(_pearson_operand(xs).unsqueeze(0), _pearson_operand(yss)),
+        "allclose": _allclose_pair(xb, ys),
+        "subspace_overlap": _overlap_pair(
+            tuple(t.unsqueeze(0) for t in _orthonormal_column_basis(xs)),
+            _orthonormal_column_basis(yss)),
+    }
+    return out, _cosine_pair(ux, uy)

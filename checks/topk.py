@@ -100,8 +100,10 @@ def _validate(matrix: torch.Tensor, m: int, method: str, tol: float, max_iter: i
 
 
 def _full(sym: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    mu, vecs = sorted_eigh(sym)
-    return mu[..., :m], vecs[..., :m]
+    """The first m pairs of ``sorted_eigh`` of the (already symmetric) ``sym``, flipping and
+    sign-fixing only the m columns kept."""
+    mu, vecs = torch.linalg.eigh(sym)
+    return mu[..., -m:].flip(-1), fix_signs(vecs[..., -m:].flip(-1))
 
 
 def _ritz(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -63,13 +63,6 @@ def _pad_columns(x: torch.Tensor, d: int) -> torch.Tensor:
     return torch.cat([x, zeros], dim=-1)
 
 
-def _all_metrics(v: torch.Tensor, v_hat: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every metric of spec §2 for V against V̂; allclose as 1.0/0.0 in v's dtype."""
-    out = {name: fn(v, v_hat) for name, fn in METRICS.items()}
-    out["allclose"] = out["allclose"].to(v.dtype)
-    return out
-
-
 def value_vector_metrics_batched(
     k: torch.Tensor,
     v: torch.Tensor,
@@ -80,6 +73,7 @@ def value_vector_metrics_batched(
     null_axes: torch.Tensor | None = None,
     null_seed: int = 0,
     dtype: torch.dtype = DEFAULT_DTYPE,
+    defer_matching: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Claim-V metrics of learned values against V̂ and against the null V̂₀, batched (spec §2).
 
@@ -101,6 +95,11 @@ def value_vector_metrics_batched(
         Seed for the default A₀ (the caller derives it from the test id).
     dtype : torch.dtype
         Precision of all the math (float64 by default; float32 is an option to record).
+    defer_matching : bool
+        Leave the Hungarian step out: instead of ``optimal_cosine`` and ``optimal_cosine_null``
+        the result holds ``"cosine_matrices"`` [2, ..., N, N] (V̂, then V̂₀) on the CPU, which
+        :func:`checks.similarity.matched_cosine` turns into those two metrics. Lets a caller run
+        the assignment on the CPU while the next batch is computed.
 
     Returns
     -------
@@ -129,7 +128,7 @@ def value_vector_metrics_batched(
     batch_shape = tuple(k.shape[:-2])
     m = min(n, d)
 
-    gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype)
+    gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype, top=d)  # only the top d
     v = v.to(dtype)
     check_finite(v, "values")
     v_hat = _pad_columns(gram.kpca_values(convention), d)  # spec §1, P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
@@ -144,8 +143,16 @@ def value_vector_metrics_batched(
         check_finite(a0, "null_axes")
     v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # spec §2: V̂₀ = G(I − 11ᵀ/N)A₀
 
-    out = _all_metrics(v, v_hat)
-    out.update({f"{name}_null": val for name, val in _all_metrics(v, v_null).items()})
+    metrics, cos = similarity.metric_suite(v, torch.stack([v_hat, v_null]))
+    out = {}
+    for name, both in metrics.items():
+        both = both.to(v.dtype) if name == "allclose" else both
+        out[name], out[f"{name}_null"] = both[0], both[1]
+    if defer_matching:
+        out["cosine_matrices"] = cos.to("cpu")
+    else:
+        optimal = similarity.matched_cosine(cos)
+        out["optimal_cosine"], out["optimal_cosine_null"] = optimal[0], optimal[1]
     out["undetermined"] = gram.undetermined
     if d <= n:
         out["mu_d"] = gram.eigenvalues[..., d - 1]

@@ -13,8 +13,8 @@ from timm.layers import Attention
 
 from checks.errors import NonFiniteError
 from checks.gram import standardize_tokens
-from fixtures.capture import (capture_in_batches, capture_qkv, check_right_padding, model_output,
-                              recompute_attention)
+from fixtures.capture import (capture_in_batches, capture_qkv, capture_to_layer_files,
+                              check_right_padding, model_output, recompute_attention)
 from fixtures.models import attention_modules, load_model, wrap_model
 from fixtures.registry import REGISTRY, ModelSpec
 
@@ -333,6 +333,32 @@ def test_minilm_real_weights_parity_and_batches(minilm):
     for name in ("q", "k", "v"):
         torch.testing.assert_close(got[name] * real, cap[name] * real, rtol=1e-5, atol=1e-5)
         assert bool((got[name].transpose(2, 3)[:, beyond] == 0).all())  # cross-batch padding is zeros
+
+
+def test_streamed_layer_files_equal_the_in_memory_capture(minilm, vit, tmp_path):
+    """capture_to_layer_files (the session's route, one layer in memory at a time) writes per layer
+    exactly what capture_in_batches returns, padding across batches of different lengths included."""
+    from safetensors.torch import load_file
+
+    sentences = ["Short.", "Attention is kernel PCA, or so the paper says.", "Keys.",
+                 "The reproduction study measured the value vectors against the eigenvectors.",
+                 "Values."]
+    for loaded, inputs, bs, folder in ((minilm, sentences, 2, tmp_path / "text"),
+                                       (vit, images(5), 2, tmp_path / "image")):
+        seen = []
+        meta = capture_to_layer_files(loaded, inputs, folder, batch_size=bs, progress=seen.append,
+                                      dtype=F64)
+        whole = capture_in_batches(loaded, inputs, batch_size=bs, dtype=F64)
+        assert seen == [2, 4, 5] and meta["n_samples"] == 5
+        assert meta["n_layers"] == whole["q"].shape[0]
+        assert meta["standardized_qk"] == whole["standardized_qk"]
+        assert sorted(p.name for p in folder.iterdir()) == [
+            f"layer_{i:02d}.safetensors" for i in range(meta["n_layers"])]  # shards removed
+        for layer in range(meta["n_layers"]):
+            got = load_file(str(folder / f"layer_{layer:02d}.safetensors"))
+            for name in ("q", "k", "v"):
+                assert torch.equal(got[name], whole[name][layer])
+            assert torch.equal(got["token_mask"], whole["token_mask"])
 
 
 # --- the reference attention ---------------------------------------------------------------------

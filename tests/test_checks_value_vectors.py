@@ -381,3 +381,101 @@ def test_shape_errors_name_the_argument():
         value_vector_metrics_batched(k, v, convention="unit")
     with pytest.raises(ValueError, match="same shape"):
         sim.linear_cka(k, v[:5])
+
+
+# ------------------------------------------------------------------ the fused suite (issue 6)
+def test_metric_suite_equals_each_metric_function_per_target():
+    """metric_suite shares the learned side between targets; every number must equal the
+    stand-alone metric of (x, ys[t]), including a target with tiny rows and a rank-deficient one."""
+    x = torch.randn(3, 2, 40, 8, generator=gen(7), dtype=F64)
+    y0 = torch.randn(3, 2, 40, 8, generator=gen(8), dtype=F64) * 1e-200
+    y1 = torch.randn(3, 2, 40, 8, generator=gen(9), dtype=F64)
+    y1[..., 5:] = y1[..., :3] @ torch.randn(3, 3, generator=gen(10), dtype=F64)  # rank 5 of 8
+    ys = torch.stack([y0, y1])
+    metrics, cos = sim.metric_suite(x, ys)
+    assert set(metrics) == set(sim.SUITE_NAMES)
+    for t in range(2):
+        for name in sim.SUITE_NAMES:
+            expected = getattr(sim, name)(x, ys[t])
+            got = metrics[name][t]
+            if name == "allclose":
+                assert torch.equal(got, expected)
+            else:
+                torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-13)
+        torch.testing.assert_close(cos[t], sim.cosine_matrix(x, ys[t]), rtol=0, atol=1e-14)
+        torch.testing.assert_close(sim.matched_cosine(cos[t]), sim.optimal_cosine(x, ys[t]),
+                                   rtol=0, atol=1e-14)
+
+
+def test_metric_suite_rejects_unstacked_targets():
+    x = torch.randn(4, 40, 8, dtype=F64)
+    with pytest.raises(ValueError, match=r"\[T, \.\.\., N, d\]"):
+        sim.metric_suite(x, x)
+
+
+def test_tall_rank_deficient_basis_matches_the_svd_rule():
+    """N ≥ 2d takes QR + singular values of R; a rank-deficient item must fall back to the SVD
+    basis so the overlap divides by the numerical rank (here 3 of 6)."""
+    a = torch.randn(2, 30, 3, generator=gen(11), dtype=F64)
+    full = torch.randn(2, 30, 6, generator=gen(12), dtype=F64)
+    deficient = torch.cat([a, a @ torch.randn(3, 3, generator=gen(13), dtype=F64)], dim=-1)
+    x = torch.stack([full[0], deficient[0]])
+    q, rank = sim._orthonormal_column_basis(sim._peak_one(x))
+    assert rank.tolist() == [6, 3]
+    # Q spans the same space as the SVD's leading left singular vectors
+    u, s, _ = torch.linalg.svd(x, full_matrices=False)
+    for i, r in enumerate(rank.tolist()):
+        proj_q = q[i] @ q[i].T
+        proj_u = u[i, :, :r] @ u[i, :, :r].T
+        torch.testing.assert_close(proj_q, proj_u, rtol=0, atol=1e-10)
+    # the overlap of the deficient matrix with the space of its first 3 columns is exactly 1
+    assert float(sim.subspace_overlap(deficient[0], a[0].expand(30, 3).repeat(1, 2))) == \
+        pytest.approx(1.0, abs=1e-12)
+
+
+def test_deferred_matching_gives_the_same_metrics():
+    k = torch.randn(2, 3, 30, 8, generator=gen(14), dtype=F64)
+    v = torch.randn(2, 3, 30, 8, generator=gen(15), dtype=F64)
+    now = value_vector_metrics_batched(k, v, null_seed=3)
+    later = value_vector_metrics_batched(k, v, null_seed=3, defer_matching=True)
+    assert "optimal_cosine" not in later and later["cosine_matrices"].shape == (2, 2, 3, 30, 30)
+    optimal = sim.matched_cosine(later.pop("cosine_matrices"))
+    later["optimal_cosine"], later["optimal_cosine_null"] = optimal[0], optimal[1]
+    assert set(now) == set(later)
+    for name in now:
+        assert torch.equal(now[name], later[name]), name
+
+
+def test_keygram_top_d_equals_the_full_decomposition():
+    """KeyGram(top=d) (claim V's route) keeps the first d pairs of the full spectrum exactly; the
+    subspace-iteration route agrees to 1e-8 (eigenvalues) and 1e-6 (subspaces) — issue 6."""
+    k = torch.randn(3, 120, 16, generator=gen(16), dtype=F64) * 0.7
+    full = KeyGram(k)
+    top = KeyGram(k, top=16)
+    assert top.eigenvalues.shape == (3, 16) and top.eigenvectors.shape == (3, 120, 16)
+    assert torch.equal(top.eigenvalues, full.eigenvalues[..., :16])
+    assert torch.equal(top.eigenvectors, full.eigenvectors[..., :16])
+    assert torch.equal(top.undetermined, full.undetermined)
+    torch.testing.assert_close(top.threshold, full.threshold, rtol=1e-10, atol=0)
+    it = KeyGram(k, top=16, eigen_method="subspace")
+    torch.testing.assert_close(it.eigenvalues, full.eigenvalues[..., :16], rtol=1e-8, atol=0)
+    gap = it.eigenvectors @ it.eigenvectors.mT - full.axes(16) @ full.axes(16).mT
+    assert float(torch.linalg.matrix_norm(gap, ord=2).max()) < 1e-6
+    with pytest.raises(ValueError, match="only the top 16 eigenvectors"):
+        top.axes(20)
+    with pytest.raises(ValueError, match="top must be a positive int"):
+        KeyGram(k, top=0)
+
+
+def test_spectral_norm_matches_eigvalsh_even_with_a_close_second_eigenvalue():
+    from checks.gram import psd_spectral_norm
+
+    k = torch.randn(4, 60, 8, generator=gen(17), dtype=F64)
+    g = KeyGram(k).gram
+    torch.testing.assert_close(psd_spectral_norm(g), torch.linalg.eigvalsh(g)[..., -1],
+                               rtol=1e-12, atol=0)
+    # λ₂/λ₁ = 0.995, where 50 power steps would still be off by ~1e-5
+    q = torch.linalg.qr(torch.randn(80, 80, generator=gen(18), dtype=F64)).Q
+    mu = torch.cat([torch.tensor([1.0, 0.995], dtype=F64), torch.linspace(0.9, 0.0, 78, dtype=F64)])
+    mat = (q * mu) @ q.T
+    assert float(psd_spectral_norm(mat)) == pytest.approx(1.0, rel=1e-9)
