@@ -286,6 +286,27 @@ def test_long_lines_are_truncated_and_say_so(pytester, tmp_path, files):
     assert any(n.startswith("1 of 2 texts truncated to max_length=128 tokens") for n in notes), notes
 
 
+def test_max_tokens_lifts_the_truncation_up_to_the_model_limit(pytester, tmp_path, files):
+    """--max-tokens (issue 6, long sequences): the ~360-token line is kept whole; MiniLM's own
+    limit (512 positions) caps a larger request, and the input set says so."""
+    result = claims(pytester, tmp_path, *MINILM, "-k", "test_value_vectors and not model",
+                    "--text", str(files["long.txt"]), "--max-tokens", "1024")
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["options"]["max_tokens"] == 1024
+    notes = _input_set(tmp_path)["notes"]
+    assert "--max-tokens 1024 is above the model's limit of 512 positions; texts truncated to " \
+        "512 tokens" in notes
+    kept = [re.match(r"0 of 2 texts truncated: longest has (\d+) tokens <= max_length=512", n)
+            for n in notes]
+    assert any(kept) and int(next(m for m in kept if m).group(1)) > 128, notes  # whole
+
+
+def test_max_tokens_below_three_is_a_usage_error(pytester, tmp_path):
+    line = usage_error(claims(pytester, tmp_path, *MINILM, "--max-tokens", "2"), tmp_path)
+    assert line == "ERROR: --max-tokens must be at least 3 (two special tokens and a word)"
+
+
 def test_texts_shorter_than_head_dim_are_undetermined_and_skipped(pytester, tmp_path, files):
     """MiniLM has head dim d = 32; texts of 6 tokens give N < d, so V̂ has fewer than d columns.
     P2's code dropped such heads silently; the record flags them undetermined and the test is

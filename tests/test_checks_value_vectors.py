@@ -479,3 +479,26 @@ def test_spectral_norm_matches_eigvalsh_even_with_a_close_second_eigenvalue():
     mu = torch.cat([torch.tensor([1.0, 0.995], dtype=F64), torch.linspace(0.9, 0.0, 78, dtype=F64)])
     mat = (q * mu) @ q.T
     assert float(psd_spectral_norm(mat)) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_long_heads_take_the_top_k_solver_and_give_the_same_metrics(monkeypatch):
+    """Above checks.topk.AUTO_CROSSOVER_N tokens KeyGram(top=d) uses subspace iteration instead
+    of the full eigh (issue 6, long sequences); claim V's numbers agree with the full route. The
+    crossover is lowered here so that the test stays small."""
+    from checks import topk
+
+    k = torch.randn(2, 150, 16, generator=gen(19), dtype=F64) * 0.6
+    v = torch.randn(2, 150, 16, generator=gen(20), dtype=F64)
+    full = value_vector_metrics_batched(k, v, null_seed=5)
+    calls = []
+    original = topk.subspace_iteration
+    monkeypatch.setattr(topk, "subspace_iteration",
+                        lambda *a, **kw: calls.append(a[0].shape) or original(*a, **kw))
+    monkeypatch.setattr(topk, "AUTO_CROSSOVER_N", 64)
+    iterative = value_vector_metrics_batched(k, v, null_seed=5)
+    assert calls == [(2, 150, 150)]
+    for name, value in full.items():
+        if value.dtype == torch.bool:
+            assert torch.equal(value, iterative[name]), name
+        else:
+            torch.testing.assert_close(iterative[name], value, rtol=1e-6, atol=1e-9, msg=name)
