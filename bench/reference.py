@@ -5,7 +5,7 @@ form of each formula rather than the batched one the suite uses:
 
 - the centred Gram matrix is H K_φ H with the explicit N×N centring matrix H = I − 11ᵀ/N;
 - V̂ = G H A with the explicit diagonal G = diag(1/g_j);
-- ‖K_φ‖₂ is the largest eigenvalue of K_φ (``numpy.linalg.eigvalsh``), not a power iteration;
+- ‖K_φ‖₂ is the largest eigenvalue of K_φ (``numpy.linalg.eigvalsh``), not a Krylov iteration;
 - linear CKA uses the N×N Gram form ⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F);
 - kernel CKA takes its squared distances from ``scipy.spatial.distance.pdist``;
 - the subspace overlap uses column-pivoted QR bases and the SVD of Q_xᵀQ_y.

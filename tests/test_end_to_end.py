@@ -121,3 +121,38 @@ def test_assignment_threads_one_on_cpu_and_a_share_of_the_cores_beside_a_gpu(mon
     assert session.assignment_threads("cuda:3") == 1
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     assert session.assignment_threads("cuda:1") == 7
+
+
+def test_head_chunks_for_long_sequences_give_the_same_numbers(tmp_path):
+    """When one sample's heads exceed --max-memory (long sequences), batches split the heads of
+    one sample (issue 6); claim V and J numbers and claim E's spectra do not depend on it."""
+    from fixtures.cache import Cache
+    from fixtures.registry import REGISTRY
+    from fixtures.session import ModelRun, RunOptions
+
+    runs = {}
+    for name, max_memory in (("whole", 2 * 1024**3), ("split", 1)):
+        opts = RunOptions(n_samples=3, seed=0, max_memory=max_memory,
+                          cache_dir=str(tmp_path / name))
+        run = ModelRun(REGISTRY["all-MiniLM-L6-v2"], opts, Cache(opts.cache_dir))
+        run.prepare()
+        lengths = run.layer_qkv(0)["token_mask"].sum(1).tolist()
+        chunks = [c for n in sorted(set(lengths))
+                  for c in run._chunks([b for b, m in enumerate(lengths) if m == n], 12, int(n))]
+        if name == "split":
+            assert all(len(c) == 1 and h.stop - h.start == 1 for c, h in chunks)  # one head each
+        else:
+            assert all(h == slice(0, 12) for _, h in chunks)
+        runs[name] = {"V": run.claim_v_layer(0), "J": run.claim_j_layer(0),
+                      "E": run.claim_e_layer(0)}
+    for claim in ("V", "J", "E"):
+        whole, split = runs["whole"][claim], runs["split"][claim]
+        for key, value in whole.items():
+            if claim == "E" and key.startswith("gamma"):
+                continue  # γ's random perturbation is drawn per batch
+            if value.dtype == torch.bool:
+                assert torch.equal(value, split[key]), (claim, key)
+            else:  # the naive route is float32 by design: its round-off follows the batch
+                rtol, atol = (1e-4, 1e-6) if key == "mu_naive_float32" else (1e-9, 1e-12)
+                torch.testing.assert_close(split[key], value, rtol=rtol, atol=atol,
+                                           msg=f"{claim} {key}")
