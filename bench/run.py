@@ -266,8 +266,8 @@ def _agreement(ours: dict[tuple, dict], ref: dict[tuple, dict], rtol: float) -> 
     """Largest deviation per compared quantity; undetermined heads compare their nulls only.
 
     The 16 metrics and μ_d must agree to ``rtol`` and the undetermined flags must be equal. The
-    threshold N·ε·‖K_φ‖₂ is reported, not asserted: ours is a 50-step power-iteration lower
-    bound of ‖K_φ‖₂, the reference's is exact.
+    threshold N·ε·‖K_φ‖₂ is reported, not asserted: ours is a Lanczos (Krylov) lower
+    bound of ‖K_φ‖₂ that stops on convergence, the reference's is ``eigvalsh``.
     """
     worst: dict[str, dict] = {}
     flag_mismatch, undetermined, failures, thr = 0, 0, [], 0.0

@@ -42,9 +42,14 @@ def log_normaliser(scores: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(scores, dim=-1)
 
 
+def log_normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
+    """log K_φ[i, j] = S_ij − log g_i − log g_j, shape [..., N, N] (spec §1)."""
+    return (scores - log_g.unsqueeze(-1)).sub_(log_g.unsqueeze(-2))
+
+
 def normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     """K_φ[i, j] = exp(S_ij − log g_i − log g_j), computed in log space; entries in (0, 1] (spec §1)."""
-    return torch.exp(scores - log_g.unsqueeze(-1) - log_g.unsqueeze(-2))
+    return log_normalized_gram(scores, log_g).exp_()
 
 
 def center_gram(gram: torch.Tensor) -> torch.Tensor:
@@ -166,8 +171,7 @@ class KeyGram:
         # s·‖k‖² beyond the dtype's exponent range leave K_φ subnormal or zero, where eigh sees
         # only round-off. Eigenvectors and the undetermined test are scale-free. K_φ and K̃ are
         # derived from the unit-peak matrix, so each N×N matrix is built and centred once.
-        log_unit = self.scores - self.log_g.unsqueeze(-1)  # log K_φ, as normalized_gram, in place
-        log_unit.sub_(self.log_g.unsqueeze(-2))
+        log_unit = log_normalized_gram(self.scores, self.log_g)
         log_peak = log_unit.amax(dim=(-2, -1))
         unit = log_unit.sub_(log_peak[..., None, None]).exp_()  # K_φ / max K_φ: max entry 1
         unit_centred = center_gram(unit)

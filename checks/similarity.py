@@ -86,12 +86,6 @@ def _direct_pair(ux: torch.Tensor, uy: torch.Tensor) -> torch.Tensor:
     return (ux * uy).sum(-1).clamp(-1.0, 1.0).mean(-1)
 
 
-def _matched_mean(cos: torch.Tensor) -> torch.Tensor:
-    """Mean of cos[j, π(j)] under the optimal matching π, [...] (spec §2: cos(v_j, v̂_π(j)))."""
-    perm = optimal_matching(cos)
-    return torch.gather(cos, -1, perm.unsqueeze(-1)).squeeze(-1).mean(-1)
-
-
 def cosine_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """C[..., j, k] = cos(x_j, y_k) between the token rows of x and y, shape [..., N, N] (spec §2)."""
     _check_pair(x, y)
@@ -118,7 +112,8 @@ def matched_cosine(cos: torch.Tensor) -> torch.Tensor:
     The Hungarian step on its own, so that a caller can run it apart from the tensor math (on
     the CPU while the device works on the next batch); see :func:`metric_suite`.
     """
-    return _matched_mean(cos)
+    perm = optimal_matching(cos)
+    return torch.gather(cos, -1, perm.unsqueeze(-1)).squeeze(-1).mean(-1)  # cos(v_j, v̂_π(j))
 
 
 def linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -261,22 +256,21 @@ def _orthonormal_column_basis(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     matrix has rank 0. For tall x (N ≥ 2d) the singular values come from the small R of x = QR
     and, when the rank is full, Q itself is the basis; only rank-deficient items take the SVD.
     """
-    x = xs
-    n, d = x.shape[-2], x.shape[-1]
-    eps = torch.finfo(x.dtype).eps
+    n, d = xs.shape[-2], xs.shape[-1]
+    eps = torch.finfo(xs.dtype).eps
     if n < 2 * d:
         u, s, _ = torch.linalg.svd(xs, full_matrices=False)
         keep = s > max(n, d) * eps * s[..., :1]
-        return u * keep.to(x.dtype).unsqueeze(-2), keep.sum(-1)
+        return u * keep.to(xs.dtype).unsqueeze(-2), keep.sum(-1)
     q, r = torch.linalg.qr(xs)
-    s = torch.linalg.svdvals(r)  # the singular values of x
+    s = torch.linalg.svdvals(r)  # the singular values of xs
     keep = s > max(n, d) * eps * s[..., :1]
     rank = keep.sum(-1)
     deficient = rank < d
     if bool(deficient.any()):
         u, _, _ = torch.linalg.svd(xs[deficient], full_matrices=False)
         q = q.clone()
-        q[deficient] = u * keep[deficient].to(x.dtype).unsqueeze(-2)
+        q[deficient] = u * keep[deficient].to(xs.dtype).unsqueeze(-2)
     return q, rank
 
 

@@ -8,8 +8,6 @@ V̂₀ = G(I − 11ᵀ/N)A₀ built from a random orthonormal basis A₀. Batche
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
 from . import similarity
@@ -26,10 +24,6 @@ METRIC_NAMES = (
     "allclose",
     "subspace_overlap",
 )
-
-METRICS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    name: getattr(similarity, name) for name in METRIC_NAMES
-}
 
 
 def random_orthonormal(n: int, m: int, seed: int, batch_shape: tuple[int, ...] = (),
