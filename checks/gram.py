@@ -71,14 +71,16 @@ def fix_signs(vectors: torch.Tensor) -> torch.Tensor:
     return vectors * signs
 
 
-def sorted_eigh(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sorted_eigh(matrix: torch.Tensor, top: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenpairs of symmetric matrices, eigenvalues descending, signs fixed by :func:`fix_signs`.
 
-    Returns (μ [..., N], A [..., N, N]) with K A = A diag(μ) and unit columns.
+    Returns (μ [..., M], A [..., N, M]) with K A = A diag(μ) and unit columns: all N pairs, or the
+    ``top`` leading ones (only those are flipped and sign-fixed).
     """
     sym = 0.5 * (matrix + matrix.transpose(-1, -2))
     mu, vecs = torch.linalg.eigh(sym)
-    return mu.flip(-1), fix_signs(vecs.flip(-1))
+    m = matrix.shape[-1] if top is None else top
+    return mu[..., -m:].flip(-1), fix_signs(vecs[..., -m:].flip(-1))
 
 
 def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:

@@ -99,13 +99,6 @@ def _validate(matrix: torch.Tensor, m: int, method: str, tol: float, max_iter: i
     check_finite(matrix, "matrix")
 
 
-def _full(sym: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first m pairs of ``sorted_eigh`` of the (already symmetric) ``sym``, flipping and
-    sign-fixing only the m columns kept."""
-    mu, vecs = torch.linalg.eigh(sym)
-    return mu[..., -m:].flip(-1), fix_signs(vecs[..., -m:].flip(-1))
-
-
 def _ritz(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rayleigh–Ritz on the block x (orthonormal columns) with y = K x: (θ descending, X W, Y W)."""
     t = x.transpose(-1, -2) @ y  # the projected matrix XᵀKX
@@ -283,7 +276,7 @@ def top_eigh(matrix: torch.Tensor, m: int, method: str = "auto", tol: float = DE
     batch, n = matrix.shape[:-2], matrix.shape[-1]
     sym = 0.5 * (matrix + matrix.transpose(-1, -2))
     if method == "full" or (method == "auto" and (n <= AUTO_CROSSOVER_N or m + oversample >= n)):
-        return _full(sym, m)
+        return sorted_eigh(sym, m)
     flat = sym.reshape(-1, n, n)
     if method == "lobpcg":
         mu, vecs = _lobpcg(flat, m, tol, max_iter, seed)
@@ -297,5 +290,5 @@ def top_eigh(matrix: torch.Tensor, m: int, method: str = "auto", tol: float = DE
             warnings.warn(f"top_eigh: subspace iteration did not converge on {bad.numel()} of "
                           f"{flat.shape[0]} matrices within max_iter={max_iter}; those use the "
                           "full eigh", RuntimeWarning, stacklevel=2)
-            mu[bad], vecs[bad] = _full(flat[bad], m)
+            mu[bad], vecs[bad] = sorted_eigh(flat[bad], m)
     return mu.reshape(*batch, m), fix_signs(vecs).reshape(*batch, n, m)
