@@ -25,9 +25,6 @@ from .assignment import optimal_matching
 from .errors import check_finite
 from .gram import center_gram
 
-ALLCLOSE_ATOL = 1e-5  # spec §2, allclose rate: |V − V̂| ≤ 1e-5 + 1e-3·|V̂|
-ALLCLOSE_RTOL = 1e-3
-
 
 def _check_pair(x: torch.Tensor, y: torch.Tensor) -> None:
     """Raise ValueError unless x and y are floating tensors of one shape [..., N, d]."""
@@ -236,15 +233,27 @@ def _pearson_operand(x: torch.Tensor) -> torch.Tensor:
     return _unit_rows(xr - xr.mean(-1, keepdim=True))
 
 
-def allclose(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Bool [...]: every entry obeys |x − y| ≤ 1e-5 + 1e-3·|y|, y = V̂ (spec §2, P2 allclose rate)."""
+def allclose(x: torch.Tensor, y: torch.Tensor, *, atol: float, rtol: float) -> torch.Tensor:
+    """Bool [...]: every entry obeys |x − y| ≤ atol + rtol·|y|, y = V̂ (method §2.1, P2's allclose).
+
+    The tolerances have no default here: the claims read them from ``[claim_v.allclose]`` of
+    ``claims/thresholds.toml`` (method §9) and pass them in.
+
+    >>> y = torch.tensor([[1.0, -2.0], [0.5, 4.0]], dtype=torch.float64)
+    >>> bool(allclose(y + 1e-6, y, atol=1e-5, rtol=1e-3))
+    True
+    >>> bool(allclose(y + 1e-2, y, atol=1e-5, rtol=1e-3))
+    False
+    """
     _check_pair(x, y)
-    return _allclose_pair(x, y)
+    return _allclose_pair(x, y, atol, rtol)
 
 
-def _allclose_pair(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _allclose_pair(x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
     """:func:`allclose` without the input checks."""
-    ok = (x - y).abs() <= ALLCLOSE_ATOL + ALLCLOSE_RTOL * y.abs()  # spec §2
+    if not (atol >= 0 and rtol >= 0):
+        raise ValueError(f"allclose needs atol >= 0 and rtol >= 0, got atol={atol!r}, rtol={rtol!r}")
+    ok = (x - y).abs() <= atol + rtol * y.abs()  # method §2.1
     return ok.all(dim=-1).all(dim=-1)
 
 
@@ -300,7 +309,8 @@ SUITE_NAMES = ("direct_cosine", "linear_cka", "kernel_cka", "relative_frobenius"
                "allclose", "subspace_overlap")
 
 
-def metric_suite(x: torch.Tensor, ys: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
+                 rtol: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Every metric of x against each of several targets, with x's side computed once.
 
     Parameters
@@ -309,6 +319,8 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor) -> tuple[dict[str, torch.Ten
         The learned values V.
     ys : Tensor [T, ..., N, d]
         T targets (for claim V: V̂ and the null V̂₀).
+    atol, rtol : float
+        Tolerances of :func:`allclose` (no default: ``[claim_v.allclose]`` of the thresholds file).
 
     Returns
     -------
@@ -331,7 +343,7 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor) -> tuple[dict[str, torch.Ten
                                      _kernel_cka_operand(yss)),
         "relative_frobenius": _relative_frobenius_pair(xb, ys),
         "pearson": _direct_pair(_pearson_operand(xs).unsqueeze(0), _pearson_operand(yss)),
-        "allclose": _allclose_pair(xb, ys),
+        "allclose": _allclose_pair(xb, ys, atol, rtol),
         "subspace_overlap": _overlap_pair(
             tuple(t.unsqueeze(0) for t in _orthonormal_column_basis(xs)),
             _orthonormal_column_basis(yss)),

@@ -6,8 +6,8 @@ Two parts, both pure batched tensor math (float64 by default, any leading dimens
   centred, normalised key Gram matrix K̃ computed in log space (:class:`checks.gram.KeyGram`);
   :func:`naive_gram_spectrum` is the naive float32 ``exp(S)`` route, which reports, per batch item,
   where float32 overflowed instead of raising; :func:`eigenvalue_statistics` reduces spectra to
-  P2's per-sample max/min/mean/median of the top-d |μ_k|; :func:`route_comparison` compares two
-  routes.
+  P2's per-sample max/min/mean/median of the top-d |μ_k|; :func:`route_comparison` measures how
+  far two routes are apart (the thresholds file judges it).
 * **γ constancy** (P1 Eq. 11). :func:`recover_axes` turns learned values into candidate axes
   â_m, :func:`gamma_vectors` forms γ_i = (K̃ â_m)_i / (N â_im), :func:`pairwise_spread` measures how
   far γ is from constant, and :func:`gamma_spread_batched` does it for the learned V beside the two
@@ -38,11 +38,6 @@ STATISTICS = ("max", "min", "mean", "median")
 
 #: Stages of the naive float32 route, in the order they run (see :func:`naive_gram_spectrum`).
 NAIVE_STAGES = ("scores", "exp", "normaliser", "gram", "centre", "eigen")
-
-#: Default factor above which two routes "differ" (spec §4 refuted rule) and tolerance within
-#: which they "agree" (spec §4 supported rule). Both are spec §4 values.
-REFUTE_FACTOR = 2.0
-AGREE_TOLERANCE = 0.10
 
 # --------------------------------------------------------------------------------------------
 # Spectra
@@ -308,9 +303,10 @@ def _ratio(a: float | None, b: float | None) -> float:
     return max(a / b, b / a)
 
 
-def route_comparison(stats_a: dict, stats_b: dict, refute_factor: float = REFUTE_FACTOR,
-                     agree_tolerance: float = AGREE_TOLERANCE) -> dict:
-    """Compare the eigenvalue statistics of two routes (spec §4 verdict inputs).
+def route_comparison(stats_a: dict, stats_b: dict) -> dict:
+    """Compare the eigenvalue statistics of two routes: the measurements claim E is judged on
+    (method §4.1). The judgement itself (which ratio refutes, which supports) is the thresholds
+    file's ``[claim_e]`` rules, applied in ``claims/claim_e.py``; nothing here decides.
 
     For each statistic of :data:`STATISTICS`, the ratio r = max(a/b, b/a) of the two routes'
     across-sample means. Sign handling: the statistics are means of |μ| and so ≥ 0; equal values
@@ -321,30 +317,27 @@ def route_comparison(stats_a: dict, stats_b: dict, refute_factor: float = REFUTE
     ----------
     stats_a, stats_b : dict
         Outputs of :func:`eigenvalue_statistics`.
-    refute_factor : float, default 2.0
-        Spec §4: routes *differ* when r > refute_factor in any statistic.
-    agree_tolerance : float, default 0.10
-        Spec §4: routes *agree* when r ≤ 1 + agree_tolerance in every statistic.
 
     Returns
     -------
-    dict with ``"ratio"`` (statistic → float), ``"max_ratio"`` float, ``"differ"`` bool,
-    ``"agree"`` bool, ``"nonfinite"`` bool (either route has a non-finite sample; then ``agree``
-    is False), and ``"refute_factor"``, ``"agree_tolerance"``.
+    dict with ``"ratio"`` (statistic → float), ``"max_ratio"`` float and ``"nonfinite"`` bool
+    (either route has a non-finite sample).
+
+    Examples
+    --------
+    >>> mu = torch.tensor([[[4.0, 2.0, 1.0]], [[3.0, 2.0, 1.0]]], dtype=torch.float64)
+    >>> same = route_comparison(eigenvalue_statistics(mu, 3), eigenvalue_statistics(mu, 3))
+    >>> same["max_ratio"], same["nonfinite"]
+    (1.0, False)
+    >>> round(route_comparison(eigenvalue_statistics(mu, 3),
+    ...                        eigenvalue_statistics(3 * mu, 3))["max_ratio"], 12)
+    3.0
     """
-    if not (refute_factor >= 1 and agree_tolerance >= 0):
-        raise ValueError(f"need refute_factor ≥ 1 and agree_tolerance ≥ 0, got {refute_factor}, {agree_tolerance}")
     ratio = {name: _ratio(stats_a["mean"][name], stats_b["mean"][name]) for name in STATISTICS}
-    worst = max(ratio.values())
-    nonfinite = stats_a["n_nonfinite"] > 0 or stats_b["n_nonfinite"] > 0
     return {
         "ratio": ratio,
-        "max_ratio": worst,
-        "differ": worst > refute_factor,
-        "agree": (not nonfinite) and worst <= 1.0 + agree_tolerance,
-        "nonfinite": nonfinite,
-        "refute_factor": refute_factor,
-        "agree_tolerance": agree_tolerance,
+        "max_ratio": max(ratio.values()),
+        "nonfinite": stats_a["n_nonfinite"] > 0 or stats_b["n_nonfinite"] > 0,
     }
 
 
@@ -622,7 +615,7 @@ def gamma_spread(k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -
 
 
 __all__ = [
-    "AGREE_TOLERANCE", "NAIVE_STAGES", "REFUTE_FACTOR", "STATISTICS", "NaiveSpectrum", "NonFiniteError",
+    "NAIVE_STAGES", "STATISTICS", "NaiveSpectrum", "NonFiniteError",
     "eigenvalue_statistics", "gamma_spread", "gamma_spread_batched", "gamma_vectors", "gram_spectrum",
     "gram_spectrum_batched", "naive_gram_spectrum", "pairwise_spread", "perturbed_axes", "recover_axes",
     "route_comparison", "spread_summary",

@@ -68,6 +68,8 @@ def value_vector_metrics_batched(
     null_seed: int = 0,
     dtype: torch.dtype = DEFAULT_DTYPE,
     defer_matching: bool = False,
+    atol: float,
+    rtol: float,
 ) -> dict[str, torch.Tensor]:
     """Claim-V metrics of learned values against V̂ and against the null V̂₀, batched (spec §2).
 
@@ -94,6 +96,9 @@ def value_vector_metrics_batched(
         the result holds ``"cosine_matrices"`` [2, ..., N, N] (V̂, then V̂₀) on the CPU, which
         :func:`checks.similarity.matched_cosine` turns into those two metrics. Lets a caller run
         the assignment on the CPU while the next batch is computed.
+    atol, rtol : float
+        Tolerances of the allclose rate, |V − V̂| ≤ atol + rtol·|V̂| elementwise. No default: the
+        caller passes ``[claim_v.allclose]`` of ``claims/thresholds.toml`` (method §2.1, §9).
 
     Returns
     -------
@@ -137,7 +142,7 @@ def value_vector_metrics_batched(
         check_finite(a0, "null_axes")
     v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # spec §2: V̂₀ = G(I − 11ᵀ/N)A₀
 
-    metrics, cos = similarity.metric_suite(v, torch.stack([v_hat, v_null]))
+    metrics, cos = similarity.metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
     out = {}
     for name, both in metrics.items():
         both = both.to(v.dtype) if name == "allclose" else both
@@ -158,7 +163,7 @@ def value_vector_metrics_batched(
 
 def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          scale: float | None = None, standardize: bool = False,
-                         seed: int = 0) -> dict[str, float]:
+                         seed: int = 0, *, atol: float, rtol: float) -> dict[str, float]:
     """Claim-V metrics for one attention head (spec §2): learned V vs V̂, and vs the null V̂₀.
 
     Parameters
@@ -174,6 +179,8 @@ def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         Standardise keys per token first (spec §1).
     seed : int
         Seed of the null basis A₀ (:func:`random_orthonormal`).
+    atol, rtol : float
+        Tolerances of the allclose rate (``[claim_v.allclose]``, method §2.1; no default).
 
     Returns
     -------
@@ -192,6 +199,7 @@ def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         )
     if v.shape != k.shape:
         raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
-    res = value_vector_metrics_batched(k, v, scale=scale, standardize=standardize, null_seed=seed)
+    res = value_vector_metrics_batched(k, v, scale=scale, standardize=standardize, null_seed=seed,
+                                       atol=atol, rtol=rtol)
     names = METRIC_NAMES + tuple(f"{name}_null" for name in METRIC_NAMES)
     return {name: float(res[name]) for name in names}

@@ -52,10 +52,23 @@ class Verdict:
         return self.verdict == SUPPORTED
 
 
-@lru_cache(maxsize=None)
 def load_thresholds(path: str | None = None) -> dict:
-    """The parsed thresholds file (validated: every rule has value, direction and source)."""
-    p = Path(path) if path else THRESHOLDS_FILE
+    """The parsed thresholds file (validated: every rule has value, direction and source).
+
+    ``path`` defaults to the module attribute :data:`THRESHOLDS_FILE`, looked up at each call, so
+    a test (or a caller) can point the whole suite at another copy of the file."""
+    return _parse_thresholds(str(path if path else THRESHOLDS_FILE))
+
+
+def allclose_tolerance(path: str | None = None) -> dict[str, float]:
+    """``{"atol": …, "rtol": …}`` of the allclose rate, from ``[claim_v.allclose]`` (method §2.1)."""
+    section = load_thresholds(path)["claim_v"]["allclose"]
+    return {"atol": float(section["atol"]), "rtol": float(section["rtol"])}
+
+
+@lru_cache(maxsize=None)
+def _parse_thresholds(path: str) -> dict:
+    p = Path(path)
     data = tomllib.loads(p.read_text(encoding="utf-8"))
     for claim, section in data.items():
         for kind in ("supported", "refuted"):
