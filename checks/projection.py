@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from .errors import check_finite
+from .errors import UndefinedValueError, check_finite, defined
 from .gram import DEFAULT_DTYPE, resolve_scale, standardize_tokens
 
 VARIANTS = ("exact", "p1-code")
@@ -164,8 +164,9 @@ def magnitude_log10_ratio(phi_sq: torch.Tensor, h_sq: torch.Tensor,
     ratio = (torch.log(h_sq.mean(-1)) - log_mean_phi) / math.log(10.0)  # spec §3, log10 ratio
     if not bool(torch.isfinite(ratio).all()):
         bad = tuple(int(i) for i in torch.nonzero(~torch.isfinite(ratio))[0]) if ratio.ndim else ()
-        raise ValueError(f"log10(mean ‖h‖² / mean ‖φ‖²) is undefined at batch index {bad}: a mean "
-                         "is zero or infinite (zero value vectors, or ‖φ‖² underflow: pass log_phi_sq)")
+        raise UndefinedValueError(
+            f"log10(mean ‖h‖² / mean ‖φ‖²) is undefined at batch index {bad}: a mean is zero or "
+            "infinite (zero value vectors, or ‖φ‖² underflow: pass log_phi_sq; method §6.2)")
     return ratio
 
 
@@ -181,8 +182,9 @@ def p1_logged_value(phi_sq: torch.Tensor, h_sq: torch.Tensor,
     err = phi_sq - h_sq
     mean = err.mean() if dim is None else err.mean(dim=dim)
     if not bool((mean > 0).all()):
-        raise ValueError("log(mean(‖φ‖² − ‖h‖²)) is undefined: the mean error is ≤ 0 (‖h‖² "
-                         "dominates); P1's logged value only exists when the mean error is positive")
+        raise UndefinedValueError(
+            "log(mean(‖φ‖² − ‖h‖²)) is undefined: the mean error is ≤ 0 (‖h‖² dominates); P1's "
+            "logged value only exists when the mean error is positive (method §6.2)")
     return torch.log(mean)
 
 
@@ -292,7 +294,14 @@ def spearman_rho(values: torch.Tensor, steps: torch.Tensor) -> float:
 
     The Pearson correlation of the average ranks (ties averaged). ρ < 0 means the series falls
     with training. Raises ValueError for T < 2, non-finite entries, or a constant series (ρ is
-    undefined when either set of ranks has zero variance).
+    undefined when either set of ranks has zero variance: :class:`checks.errors.UndefinedValueError`,
+    method §6.2).
+
+    >>> steps = torch.arange(5.0, dtype=torch.float64)
+    >>> spearman_rho(torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0], dtype=torch.float64), steps)
+    -1.0
+    >>> spearman_rho(torch.tensor([1.0, 2.0, 2.0, 3.0, 9.0], dtype=torch.float64), steps) > 0.9
+    True
     """
     if values.ndim != 1 or steps.ndim != 1:
         raise ValueError(f"values and steps must be 1-D series [T]; got {tuple(values.shape)}, "
@@ -303,7 +312,8 @@ def spearman_rho(values: torch.Tensor, steps: torch.Tensor) -> float:
     rv, rs = rv - rv.mean(), rs - rs.mean()
     denom = torch.sqrt((rv * rv).sum() * (rs * rs).sum())
     if float(denom) == 0.0:
-        raise ValueError("Spearman's ρ is undefined: values or steps are constant")
+        raise UndefinedValueError("Spearman's rho is undefined: the series or its steps are constant "
+                                  "(zero variance of the ranks, method §6.2)")
     return float((rv * rs).sum() / denom)
 
 
@@ -341,17 +351,54 @@ def term_attribution(phi_sq_means: torch.Tensor,
     }
 
 
+def _exp(log_value: float, what: str) -> float:
+    """exp(log_value), or :class:`UndefinedValueError` when it is not a finite float64."""
+    try:
+        return math.exp(log_value)
+    except OverflowError:
+        raise UndefinedValueError(f"{what} = exp({log_value:.6g}) exceeds the float64 range "
+                                  "(method §6.2)") from None
+
+
+def _log10_ratio(h: float, log_phi: float) -> float:
+    """log10(h / exp(log_phi)) for a mean ‖h‖² h ≥ 0, in log space."""
+    if not h > 0:
+        raise UndefinedValueError("log10(mean ||h||^2 / mean ||phi(q)||^2) is undefined: mean "
+                                  "||h||^2 is 0 (all value vectors zero; method §6.2)")
+    return (math.log(h) - log_phi) / math.log(10)
+
+
+def _p1_log_mean_error(h: float, log_p1: float) -> float:
+    """log(φ̄_p1 − h̄) = log φ̄_p1 + log(1 − h̄/φ̄_p1), with h̄/φ̄_p1 taken in log space."""
+    if h > 0 and math.log(h) - log_p1 >= 0 or not math.isfinite(log_p1):
+        raise UndefinedValueError("P1's logged value log(mean(||phi||^2_p1 - ||h||^2)) is undefined: "
+                                  "the mean error is <= 0 (method §6.2)")
+    frac = math.exp(math.log(h) - log_p1) if h > 0 else 0.0
+    return log_p1 + math.log1p(-frac)
+
+
 def pooled_terms(log_phi_sq_mean: torch.Tensor, h_sq_mean: torch.Tensor,
                  bessel: torch.Tensor, n_tokens: torch.Tensor,
-                 p1_log_phi_sq_mean: torch.Tensor | None = None) -> dict[str, float]:
+                 p1_log_phi_sq_mean: torch.Tensor | None = None) -> dict:
     """Pool per-head token means (any shape, e.g. [samples, heads] or [samples, layers, heads])
-    into one set of spec §3 quantities, weighting each head by its token count.
+    into one set of method §3 quantities, weighting each head by its token count.
 
     mean‖φ‖² is pooled in log space (it can underflow per token); J_proj = mean‖φ‖² − mean‖h‖²
-    (spec §3); log10_ratio = log10(mean‖h‖²/mean‖φ‖²) (spec §3, P2's magnitude); the Bessel share
-    is the share of all tokens with ‖h_i‖² ≤ ‖φ(q_i)‖². With ``p1_log_phi_sq_mean``, also P1's
-    logged quantity log(mean(‖φ‖²_p1 − ‖h‖²)) ("p1-code", see :func:`log_phi_sq_norm_p1_code`),
-    or None where that mean is not positive.
+    (method §3.1); log10_ratio = log10(mean‖h‖²/mean‖φ‖²) (P2's magnitude, method §3.2); the Bessel
+    share is the share of all tokens with ‖h_i‖² ≤ ‖φ(q_i)‖². With ``p1_log_phi_sq_mean``, also
+    P1's logged quantity log(mean(‖φ‖²_p1 − ‖h‖²)) ("p1-code", see
+    :func:`log_phi_sq_norm_p1_code`).
+
+    A quantity without a finite value (mean‖φ‖² beyond the float64 range, a zero mean‖h‖² under
+    the log, a non-positive mean error under P1's log) is None, and ``"undefined"`` maps its name
+    to the reason (method §6.2); all other entries are finite floats.
+
+    >>> one = torch.ones(2, 3, dtype=torch.float64)
+    >>> out = pooled_terms(torch.log(one), 100 * one, one, one)
+    >>> out["log10_ratio"], out["j_proj"], out["undefined"]
+    (2.0, -99.0, {})
+    >>> pooled_terms(torch.log(one), 0 * one, one, one)["log10_ratio"] is None
+    True
     """
     n = n_tokens.to(torch.float64).reshape(-1)
     total = n.sum()
@@ -360,18 +407,22 @@ def pooled_terms(log_phi_sq_mean: torch.Tensor, h_sq_mean: torch.Tensor,
     log_n = n.log()
     log_phi = float(torch.logsumexp(log_phi_sq_mean.reshape(-1) + log_n, 0) - total.log())
     h = float((h_sq_mean.reshape(-1) * n).sum() / total)
+    why: dict[str, str] = {}
+    phi = defined("phi_sq_mean", lambda: _exp(log_phi, "mean ||phi(q)||^2"), why)
     out = {
-        "phi_sq_mean": math.exp(log_phi) if log_phi < 709 else math.inf,
+        "phi_sq_mean": phi,
         "log_phi_sq_mean": log_phi,
         "h_sq_mean": h,
         "bessel_share": float((bessel.reshape(-1) * n).sum() / total),
-        "log10_ratio": (math.log(h) - log_phi) / math.log(10) if h > 0 else -math.inf,
+        "log10_ratio": defined("log10_ratio", lambda: _log10_ratio(h, log_phi), why),
     }
-    out["j_proj"] = out["phi_sq_mean"] - h
+    if phi is None:
+        why["j_proj"] = f"J_proj = mean ||phi||^2 - mean ||h||^2 has no value: {why['phi_sq_mean']}"
+    out["j_proj"] = None if phi is None else phi - h
     if p1_log_phi_sq_mean is not None:
         log_p1 = float(torch.logsumexp(p1_log_phi_sq_mean.reshape(-1) + log_n, 0) - total.log())
-        # log(mean(φ_p1 − h)) = log φ̄_p1 + log(1 − h̄/φ̄_p1), defined when φ̄_p1 > h̄
-        frac = h * math.exp(-log_p1) if log_p1 > -700 else math.inf
         out["p1_log_phi_sq_mean"] = log_p1
-        out["p1_log_mean_error"] = log_p1 + math.log1p(-frac) if frac < 1 else None
+        out["p1_log_mean_error"] = defined("p1_log_mean_error",
+                                           lambda: _p1_log_mean_error(h, log_p1), why)
+    out["undefined"] = why
     return out

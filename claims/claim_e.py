@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from checks.errors import defined_values
 from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
 from checks.stats import masked_mean, position_between
 
@@ -58,11 +59,18 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
     metrics = {"raw_vs_standardized_ratio": raw_std["max_ratio"],
                "max_route_ratio": max(p["max_ratio"] for p in pairs),
                "naive_finite_share": float(finite.to(torch.float64).mean())}
-    v = verdicts.judge(CLAIM, metrics)
+    # method §6.2: an infinite ratio (a route without a finite sample, or a statistic that is 0 on
+    # one route only) is recorded as no value, with the reason, never as inf
+    undefined = {k: "a route has no finite sample, or a statistic is 0 on one route only"
+                 for k, x in metrics.items() if not math.isfinite(x)}
+    metrics = defined_values(metrics, undefined)
+    v = verdicts.judge(CLAIM, metrics, undefined=undefined)
+    notes = {"undefined": undefined} if undefined else {}
+    notes.update({"reason": v.reason} if v.reason else {})
     return {"claim": "E", "level": "model", "model": model, "layer": None, "head": None,
             "verdict": v.verdict, "metrics": metrics, "routes": routes,
-            "route_ratios": raw_std["ratio"], "layers": layers, "heads": heads,
-            "evidence": verdicts.format_evidence(v)}
+            "route_ratios": defined_values(raw_std["ratio"], {}), "layers": layers,
+            "heads": heads, "evidence": verdicts.format_evidence(v), **notes}
 
 
 def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -> dict:
