@@ -17,7 +17,11 @@ DEFAULT_DTYPE = torch.float64
 
 
 def resolve_scale(d: int, scale: float | None) -> float:
-    """The softmax scale s: the module's own scale if given, else 1/√d (spec §1)."""
+    """The softmax scale s: the module's own scale if given, else 1/√d (spec §1).
+
+    >>> resolve_scale(64, None), resolve_scale(64, 0.5)
+    (0.125, 0.5)
+    """
     if scale is None:
         return 1.0 / math.sqrt(d)
     if not (scale > 0 and math.isfinite(scale)):
@@ -26,7 +30,12 @@ def resolve_scale(d: int, scale: float | None) -> float:
 
 
 def standardize_tokens(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Per-token standardisation over the feature axis: (x − mean)/(std + eps), unbiased std (spec §1)."""
+    """Per-token standardisation over the feature axis: (x − mean)/(std + eps), unbiased std (spec §1).
+
+    >>> x = standardize_tokens(torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64))
+    >>> [round(v, 6) for v in x[0].tolist()]
+    [-1.0, 0.0, 1.0]
+    """
     mean = x.mean(dim=-1, keepdim=True)
     std = x.std(dim=-1, keepdim=True, unbiased=True)
     return (x - mean) / (std + eps)
@@ -53,7 +62,11 @@ def normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
 
 
 def center_gram(gram: torch.Tensor) -> torch.Tensor:
-    """K̃ = H K H with H = I − 11ᵀ/N, by subtracting row and column means (spec §1)."""
+    """K̃ = H K H with H = I − 11ᵀ/N, by subtracting row and column means (spec §1).
+
+    >>> center_gram(torch.full((3, 3), 0.5, dtype=torch.float64)).abs().max().item()
+    0.0
+    """
     row = gram.mean(dim=-1, keepdim=True)
     col = gram.mean(dim=-2, keepdim=True)
     out = gram - row  # one N×N temporary, then in place
@@ -64,6 +77,9 @@ def fix_signs(vectors: torch.Tensor) -> torch.Tensor:
     """Flip each column so that its entry of largest magnitude is positive (spec §1).
 
     ``vectors`` has shape [..., N, m]; the sign rule makes results independent of the eigensolver.
+
+    >>> fix_signs(torch.tensor([[0.6, 0.1], [-0.8, -0.2]])).tolist()
+    [[-0.6000000238418579, -0.10000000149011612], [0.800000011920929, 0.20000000298023224]]
     """
     idx = vectors.abs().argmax(dim=-2, keepdim=True)
     pivot = torch.gather(vectors, -2, idx)

@@ -52,7 +52,12 @@ def _check_kv(k: torch.Tensor, v: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def query_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """S_q = s·Q Kᵀ, shape [..., N, M] (spec §3)."""
+    """S_q = s·Q Kᵀ, shape [..., N, M] (spec §3).
+
+    >>> q = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    >>> query_scores(q, q, 0.5).tolist()
+    [[2.5]]
+    """
     return scale * (q @ k.transpose(-1, -2))
 
 
@@ -60,6 +65,12 @@ def log_phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None
     """log ‖φ(q_i)‖² = s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j), shape [..., N] (spec §3).
 
     Finite for any finite input: no exponential is ever formed.
+
+    With one key and q = k, ‖φ(q)‖² = exp(s‖q‖²)/exp(s‖q‖²)² = exp(−s‖q‖²):
+
+    >>> q = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    >>> log_phi_sq_norm(q, q, scale=0.5).tolist()
+    [-2.0]
     """
     _check_qk(q, k)
     s = resolve_scale(q.shape[-1], scale)
@@ -82,6 +93,10 @@ def phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) ->
     formula exp(s‖q‖²)/(Σ_j exp(s·qᵀk_j))² overflows (keys and queries ×50). A value that itself
     exceeds the dtype's range raises :class:`~checks.errors.NonFiniteError`; use
     :func:`log_phi_sq_norm` then.
+
+    >>> q = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    >>> round(float(phi_sq_norm(q, q, scale=0.5)[0]), 12) == round(math.exp(-2.0), 12)
+    True
     """
     return _exp_checked(log_phi_sq_norm(q, k, scale), "‖φ(q)‖²")
 
@@ -114,6 +129,14 @@ def head_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """h_i = Σ_j softmax_j(s·q_iᵀk_j) v_j, shape [..., N, d_v] (spec §3).
 
     The head output before the output projection; no dropout, no mask.
+
+    A zero query attends uniformly, so h is the mean of the values:
+
+    >>> q = torch.zeros(1, 2, dtype=torch.float64)
+    >>> k = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> v = torch.tensor([[2.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+    >>> head_output(q, k, v).tolist()
+    [[1.0, 2.0]]
     """
     _check_qk(q, k)
     _check_kv(k, v)
@@ -123,7 +146,14 @@ def head_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def h_sq_norm(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               scale: float | None = None) -> torch.Tensor:
-    """‖h_i‖², shape [..., N] (spec §3)."""
+    """‖h_i‖², shape [..., N] (spec §3).
+
+    >>> q = torch.zeros(1, 2, dtype=torch.float64)
+    >>> k = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> v = torch.tensor([[2.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+    >>> h_sq_norm(q, k, v).tolist()
+    [5.0]
+    """
     h = head_output(q, k, v, scale)
     return (h * h).sum(-1)
 
@@ -133,7 +163,11 @@ def h_sq_norm(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # ---------------------------------------------------------------------------------------------
 
 def projection_loss(phi_sq: torch.Tensor, h_sq: torch.Tensor) -> torch.Tensor:
-    """J_proj = (1/N) Σ_i (‖φ(q_i)‖² − ‖h_i‖²), shape [...] (spec §3; P1 repository issue #1)."""
+    """J_proj = (1/N) Σ_i (‖φ(q_i)‖² − ‖h_i‖²), shape [...] (spec §3; P1 repository issue #1).
+
+    >>> projection_loss(torch.tensor([3.0, 5.0]), torch.tensor([1.0, 1.0])).item()
+    3.0
+    """
     return (phi_sq - h_sq).mean(-1)
 
 
@@ -142,6 +176,9 @@ def bessel_share(phi_sq: torch.Tensor, h_sq: torch.Tensor, rtol: float = 0.0) ->
 
     Only reports the share; the verdict's 99% bar is applied elsewhere. ``rtol`` (default 0, an
     exact comparison) allows round-off in hand-built heads where the bound is nearly attained.
+
+    >>> bessel_share(torch.tensor([1.0, 1.0, 1.0, 1.0]), torch.tensor([0.5, 1.0, 2.0, 0.0])).item()
+    0.75
     """
     if rtol < 0:
         raise ValueError(f"rtol must be ≥ 0, got {rtol!r}")
@@ -155,6 +192,11 @@ def magnitude_log10_ratio(phi_sq: torch.Tensor, h_sq: torch.Tensor,
     If ``log_phi_sq`` is given, mean ‖φ‖² is taken in log space (logsumexp − log N), which stays
     exact when the ‖φ‖² themselves under- or overflow. Raises ValueError when a mean is zero or
     infinite (e.g. all value vectors zero): the ratio is then undefined, never reported as ±inf/NaN.
+
+    >>> phi = torch.tensor([0.001, 0.001], dtype=torch.float64)
+    >>> h = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    >>> round(float(magnitude_log10_ratio(phi, h)), 12)
+    3.0
     """
     n = h_sq.shape[-1]
     if log_phi_sq is None:
@@ -178,6 +220,9 @@ def p1_logged_value(phi_sq: torch.Tensor, h_sq: torch.Tensor,
     together (``dim=None``, the default: all elements) and then averaged those logs over the
     layers. Fed with the "p1-code" ‖φ‖² it reproduces P1's curve; fed with the exact ‖φ‖² it is
     usually undefined. The log of a non-positive mean is undefined: raises ValueError then.
+
+    >>> round(float(p1_logged_value(torch.tensor([3.0, 5.0]), torch.tensor([1.0, 1.0]))), 6) == round(math.log(3.0), 6)
+    True
     """
     err = phi_sq - h_sq
     mean = err.mean() if dim is None else err.mean(dim=dim)
@@ -220,6 +265,17 @@ def projection_terms_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ------
     ValueError for bad shapes, variant or scale; NonFiniteError for non-finite inputs or a
     ‖φ‖² beyond the dtype's range.
+
+    Examples
+    --------
+    Zero values give h = 0, so J_proj is the mean ‖φ‖² and Bessel holds for every token:
+
+    >>> q = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> out = projection_terms_batched(q, q, torch.full_like(q, 1e-3))
+    >>> out["bessel_share"].tolist()
+    [1.0, 1.0]
+    >>> bool(torch.allclose(out["j_proj"], (out["phi_sq"] - out["h_sq"]).mean(-1)))
+    True
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; use one of {VARIANTS}")
@@ -256,6 +312,11 @@ def projection_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Returns {"phi_sq": Tensor [N], "h_sq": Tensor [N], "j_proj": float}: ‖φ(q_i)‖² and ‖h_i‖² per
     query token and J_proj = mean_i(‖φ(q_i)‖² − ‖h_i‖²). See :func:`projection_terms_batched`
     for the options and the batched form.
+
+    >>> q = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    >>> out = projection_terms(q, q, torch.full((1, 2), 1e-3, dtype=torch.float64), scale=0.5)
+    >>> round(out["j_proj"], 12) == round(math.exp(-2.0) - 2e-6, 12)  # ‖φ‖² − ‖h‖², h = v
+    True
     """
     if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
         raise ValueError(f"projection_terms takes one head: q [N, d], k [M, d], v [M, d_v]; got "
@@ -283,7 +344,11 @@ def _check_series(*series: torch.Tensor, names: tuple[str, ...]) -> None:
 
 
 def average_ranks(x: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..T along the last axis, ties given their average rank (as scipy's rankdata)."""
+    """Ranks 1..T along the last axis, ties given their average rank (as scipy's rankdata).
+
+    >>> average_ranks(torch.tensor([10.0, 30.0, 20.0, 20.0])).tolist()
+    [1.0, 4.0, 2.5, 2.5]
+    """
     less = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)
     equal = (x.unsqueeze(-2) == x.unsqueeze(-1)).sum(-1)
     return less.to(torch.float64) + (equal.to(torch.float64) + 1.0) / 2.0
@@ -328,6 +393,12 @@ def term_attribution(phi_sq_means: torch.Tensor,
     When ΔJ = 0 exactly the shares are undefined: both are reported as 0.0 and "defined" is False
     (never NaN). All entries are tensors of shape [...] (0-d for one series): "j_first",
     "j_last", "delta_j", "delta_phi", "delta_h", "share_phi", "share_h", "defined" (bool).
+
+    ‖h‖² falls from 5 to 2 while ‖φ‖² stays at 1: J rises by 3, all of it carried by ‖h‖²:
+
+    >>> att = term_attribution(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([5.0, 3.0, 2.0]))
+    >>> float(att["delta_j"]), float(att["share_h"]), float(att["share_phi"])
+    (3.0, 1.0, 0.0)
     """
     _check_series(phi_sq_means, h_sq_means, names=("phi_sq_means", "h_sq_means"))
     phi = phi_sq_means.to(torch.float64)

@@ -67,6 +67,12 @@ def gram_spectrum_batched(k: torch.Tensor, scale: float | None = None,
         If ``k`` has fewer than 2 dimensions or ``scale`` is not a positive finite number.
     NonFiniteError
         If the keys contain NaN or Inf.
+
+    Identical keys make K_φ constant and K̃ zero:
+
+    >>> k = torch.ones(2, 5, 3, dtype=torch.float64)
+    >>> float(gram_spectrum_batched(k).abs().max()) < 1e-12
+    True
     """
     return KeyGram(k, scale=scale, standardize=standardize).eigenvalues
 
@@ -76,6 +82,11 @@ def gram_spectrum(k: torch.Tensor, scale: float | None = None,
     """Eigenvalues μ [N] (float64, descending) of K̃ for the keys ``k`` [N, d] of one head.
 
     The single-head form of :func:`gram_spectrum_batched`, which documents the parameters.
+
+    >>> k = torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> mu = gram_spectrum(k)
+    >>> tuple(mu.shape), bool((mu[:-1] >= mu[1:]).all())
+    ((6,), True)
     """
     if k.ndim != 2:
         raise ValueError(f"gram_spectrum takes the keys of one head, shape [N, d]; got "
@@ -253,6 +264,13 @@ def eigenvalue_statistics(mu: torch.Tensor, d: int) -> dict:
     ------
     ValueError
         If ``mu`` has fewer than 2 dimensions or ``d`` is outside 1..N.
+
+    Examples
+    --------
+    >>> mu = torch.tensor([[[4.0, 2.0, 1.0, 0.0]], [[2.0, 2.0, 2.0, 0.0]]], dtype=torch.float64)
+    >>> st = eigenvalue_statistics(mu, d=3)
+    >>> st["mean"]["max"], st["mean"]["min"], st["n_nonfinite"]
+    (3.0, 1.5, 0)
     """
     if mu.ndim < 2:
         raise ValueError(f"mu must have shape [S, ..., N] (samples first, eigenvalues last); got {tuple(mu.shape)}")
@@ -368,6 +386,14 @@ def recover_axes(v: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     NonFiniteError
         If g_j·v_jm overflows (log g_j > ~709 in float64). γ is unchanged when all of a head's
         g_j are divided by one constant, so a caller may pass log g − max_j log g to avoid that.
+
+    Examples
+    --------
+    >>> k = torch.randn(8, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> kg = KeyGram(k)
+    >>> a = kg.axes()
+    >>> torch.allclose(recover_axes(kg.kpca_values(), kg.log_g), a - a.mean(-2, keepdim=True))
+    True
     """
     if v.ndim < 2 or log_g.shape != v.shape[:-1]:
         raise ValueError(f"v must be [..., N, m] and log_g [..., N]; got {tuple(v.shape)} and {tuple(log_g.shape)}")
@@ -433,6 +459,14 @@ def pairwise_spread(gamma: torch.Tensor, valid: torch.Tensor | None = None,
     ------
     ValueError
         If a column has fewer than two valid entries (no pair to compare), naming its index.
+
+    Examples
+    --------
+    >>> gamma = torch.tensor([[2.0], [2.0], [2.0]], dtype=torch.float64)
+    >>> pairwise_spread(gamma).tolist()
+    [0.0]
+    >>> pairwise_spread(torch.tensor([[1.0], [2.0]], dtype=torch.float64)).tolist()
+    [0.5]
     """
     if gamma.ndim < 2:
         raise ValueError(f"gamma must have shape [..., N, m], got {tuple(gamma.shape)}")
@@ -494,6 +528,14 @@ def perturbed_axes(axes: torch.Tensor, seed: int = 0, noise: float = 0.1) -> tor
     Returns
     -------
     Tensor [..., N, m], ``axes``' dtype and device.
+
+    Examples
+    --------
+    >>> a = torch.linalg.qr(torch.randn(6, 3, generator=torch.Generator().manual_seed(0),
+    ...                                  dtype=torch.float64))[0]
+    >>> p = perturbed_axes(a, seed=1)
+    >>> torch.allclose(p.T @ p, torch.eye(3, dtype=torch.float64), atol=1e-12), torch.allclose(p, a)
+    (True, False)
     """
     if axes.ndim < 2 or axes.shape[-1] > axes.shape[-2]:
         raise ValueError(f"axes must be [..., N, m] with m ≤ N, got {tuple(axes.shape)}")

@@ -84,7 +84,12 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -
              for name in ("learned", "eigen", "perturbed")}
     absolute = {name: float(masked_mean(t[f"gamma_{name}_abs"][:, head], keep)[0])
                 for name in ("learned", "eigen", "perturbed")}
+    undefined: dict[str, str] = {}
     position = position_between(means["learned"], means["eigen"], means["perturbed"])
+    if not math.isfinite(position):  # method §6.2: no contrast between the controls, no position
+        undefined["gamma_position"] = ("the perturbed control's spread does not exceed the true "
+                                       "eigenvectors' spread: no contrast to judge by")
+        position = None
     closer = (torch.abs(t["gamma_learned"][:, head] - t["gamma_eigen"][:, head])
               < torch.abs(t["gamma_learned"][:, head] - t["gamma_perturbed"][:, head]))
     record = {"claim": "E", "level": "head", "model": model, "layer": layer, "head": head,
@@ -96,8 +101,9 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -
                       reason=f"{n_undet} of {n} samples have an undetermined eigen control "
                              "(mu_d is round-off, spec §2)")
         return record
-    v = verdicts.judge(GAMMA, {"gamma_position": position})
+    v = verdicts.judge(GAMMA, {"gamma_position": position}, undefined=undefined)
     record.update(verdict=v.verdict, evidence=verdicts.format_evidence(v))
+    record.update({"undefined": undefined, "reason": v.reason} if undefined else {})
     return record
 
 
@@ -118,7 +124,8 @@ def message(record: dict, what: str) -> str:
         return f"claim E (gamma) undetermined for {what}: {record['reason']}"
     return (f"claim E (gamma constancy) {record['verdict']} for {what}: relative spread of gamma "
             f"from the learned V {m['learned']:.4g} beside the true eigenvectors {m['eigen']:.4g} "
-            f"and P2's perturbed basis {m['perturbed']:.4g} (position {m['gamma_position']:.3g}: "
+            f"and P2's perturbed basis {m['perturbed']:.4g} (position "
+            f"{verdicts.format_number(m['gamma_position'])}: "
             f"0 = eigenvectors, 1 = perturbed)\n{record['evidence']}")
 
 
