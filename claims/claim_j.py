@@ -8,6 +8,7 @@ from checks.errors import UndefinedValueError, defined
 from checks.projection import pooled_terms, spearman_rho, term_attribution
 
 from . import verdicts
+from .names import J_METRICS
 
 CLAIM, TREND = "claim_j", "claim_j_trend"
 
@@ -21,8 +22,7 @@ def pooled(layer_terms: list[dict[str, torch.Tensor]], heads: list[int]) -> dict
 
 
 def _record(level: str, model: str, layer, values: dict, **extra) -> dict:
-    metrics = {k: values[k] for k in ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share",
-                                      "log10_ratio")}
+    metrics = {k: values[k] for k in J_METRICS}
     undefined = {k: r for k, r in values.get("undefined", {}).items()}  # method §6.2
     v = verdicts.judge(CLAIM, metrics, undefined=undefined)
     extra.update({"undefined": undefined} if undefined else {})
@@ -38,7 +38,7 @@ def _record(level: str, model: str, layer, values: dict, **extra) -> dict:
 
 def layer_record(model: str, layer: int, terms: dict[str, torch.Tensor], heads: list[int]) -> dict:
     per_head = {name: [pooled([terms], [h])[name] for h in heads]
-                for name in ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share", "log10_ratio")}
+                for name in J_METRICS}
     return _record("layer", model, layer, pooled([terms], heads), per_head=per_head, heads=heads)
 
 

@@ -356,3 +356,14 @@ def test_every_number_in_the_thresholds_file_is_live(path, tmp_path, monkeypatch
 
 def test_the_thresholds_file_holds_numbers_to_probe():
     assert len(NUMBERS) >= 25  # a parse that finds nothing would make the test above vacuous
+
+
+def test_names_are_defined_once_and_agree_with_the_math():
+    from checks.value_vectors import METRIC_NAMES
+    from claims import names
+    from report import render
+
+    assert set(METRIC_NAMES) == set(names.V_MEASURED)  # the math's outputs, named by the claims
+    assert set(names.V_MEASURED) < set(names.V_METRICS)
+    assert render.SCHEMA == names.RESULTS_SCHEMA and render.V_METRICS is names.V_METRICS
+    assert claim_v.METRICS is names.V_MEASURED
