@@ -69,12 +69,17 @@ def trend_record(series: str, points: list[dict]) -> dict:
         return defined(name, compute, undefined)
 
     att = term_attribution(phi, h)
+    share = {name: float(att[name]) for name in ("share_phi", "share_h")}
+    if not bool(att["defined"]):  # ΔJ = 0: no change to attribute (method §6.2), not shares of 0
+        for name in share:
+            undefined[name] = "J_proj is the same at the first and the last checkpoint"
+        share = {name: None for name in share}
+    carried = (None if share["share_h"] is None else
+               "h" if abs(share["share_h"]) >= abs(share["share_phi"]) else "phi")
     trend = {"spearman_j": rho("spearman_j", j), "spearman_phi": rho("spearman_phi", phi),
              "spearman_h": rho("spearman_h", h),
              "delta_j": float(att["delta_j"]), "delta_phi": float(att["delta_phi"]),
-             "delta_h": float(att["delta_h"]), "share_phi": float(att["share_phi"]),
-             "share_h": float(att["share_h"]),
-             "carried_by": "h" if abs(float(att["share_h"])) >= abs(float(att["share_phi"])) else "phi"}
+             "delta_h": float(att["delta_h"]), **share, "carried_by": carried}
     metrics = {"min_j_proj": float(j.min()), "spearman_j": trend["spearman_j"]}
     v = verdicts.judge(TREND, metrics, undefined=undefined)
     ref = verdicts.load_thresholds()["claim_j_reference"]
@@ -93,9 +98,11 @@ def message(record: dict, what: str) -> str:
         t = record["trend"]
         head = (f"claim J trend {record['verdict']} for {what}: J_proj from "
                 f"{record['series'][0]['j_proj']:.4g} to {record['series'][-1]['j_proj']:.4g} over "
-                f"{len(record['series'])} checkpoints; the change is carried by "
-                f"{'||h||^2' if t['carried_by'] == 'h' else '||phi(q)||^2'} "
-                f"(share {t['share_' + t['carried_by']]:.3g})")
+                f"{len(record['series'])} checkpoints; " + (
+                    "J_proj did not change" if t["carried_by"] is None else
+                    f"the change is carried by "
+                    f"{'||h||^2' if t['carried_by'] == 'h' else '||phi(q)||^2'} "
+                    f"(share {t['share_' + t['carried_by']]:.3g})"))
     else:
         num = verdicts.format_number
         head = (f"claim J {record['verdict']} for {what}: mean||phi(q)||^2 = {num(m['phi_sq_mean'])}, "

@@ -139,6 +139,8 @@ def test_a_constant_trend_is_undetermined_not_rho_zero():
     assert record["verdict"] == verdicts.UNDETERMINED
     assert "spearman_j" in record["reason"] and "constant" in record["undefined"]["spearman_j"]
     json.dumps(record, allow_nan=False)
+    assert record["trend"]["share_h"] is None and "share_h" in record["undefined"]  # no ΔJ: no share
+    assert "did not change" in claim_j.message(record, "s")
     # a negative J_proj settles the verdict on its own: refuted stands
     assert claim_j.trend_record("s", _points([-1.0, -1.0]))["verdict"] == verdicts.REFUTED
 
