@@ -2,7 +2,7 @@
 
 Every function is batched over any leading dimensions: keys of shape ``[..., N, d]`` (for example
 ``[samples, heads, N, d]``) give Gram matrices ``[..., N, N]``. Formulas and names follow
-``shared/spec/claims.md`` §1; nothing here loops over heads or samples.
+method §1 (``docs/method.md``); nothing here loops over heads or samples.
 """
 
 from __future__ import annotations

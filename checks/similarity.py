@@ -2,7 +2,7 @@
 
 Every metric takes ``x`` (the learned V) and ``y`` (V̂ or a null V̂₀), both of shape ``[..., N, d]``
 (tokens × features), and returns one number per leading index, shape ``[...]``. Definitions follow
-``shared/spec/claims.md`` §2 (P2's protocol; the subspace overlap is ours). Nothing here loops over
+method §2.1 (``docs/method.md``; P2's protocol; the subspace overlap is ours). Nothing here loops over
 heads or samples except the assignment solver in :mod:`checks.assignment`.
 
 Scale and zeros

@@ -13,7 +13,7 @@ Two parts, both pure batched tensor math (float64 by default, any leading dimens
   far γ is from constant, and :func:`gamma_spread_batched` does it for the learned V beside the two
   controls of spec §4 (true eigenvectors, P2's perturbed basis).
 
-Names follow ``shared/spec/claims.md``. Nothing here loops over heads or samples in the math.
+Names follow method §4 (``docs/method.md``). Nothing here loops over heads or samples in the math.
 """
 
 from __future__ import annotations
