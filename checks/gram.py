@@ -42,12 +42,20 @@ def standardize_tokens(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
 
 
 def score_matrix(k: torch.Tensor, scale: float) -> torch.Tensor:
-    """S = s·K Kᵀ, shape [..., N, N] (spec §1)."""
+    """S = s·K Kᵀ, shape [..., N, N] (spec §1).
+
+    >>> score_matrix(torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64), 0.5).tolist()
+    [[0.5, 0.5], [0.5, 1.0]]
+    """
     return scale * (k @ k.transpose(-1, -2))
 
 
 def log_normaliser(scores: torch.Tensor) -> torch.Tensor:
-    """log g_j = logsumexp_m S_jm, shape [..., N] (spec §1)."""
+    """log g_j = logsumexp_m S_jm, shape [..., N] (spec §1).
+
+    >>> round(float(log_normaliser(torch.zeros(1, 4, dtype=torch.float64))[0]), 12) == round(math.log(4), 12)
+    True
+    """
     return torch.logsumexp(scores, dim=-1)
 
 
@@ -57,7 +65,17 @@ def log_normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tens
 
 
 def normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
-    """K_φ[i, j] = exp(S_ij − log g_i − log g_j), computed in log space; entries in (0, 1] (spec §1)."""
+    """K_φ[i, j] = exp(S_ij − log g_i − log g_j), computed in log space; entries in (0, 1] (spec §1).
+
+    Zero scores give K_φ = 1/N² everywhere; huge scores give no overflow (entries ≤ 1):
+
+    >>> s = torch.zeros(2, 2, dtype=torch.float64)
+    >>> normalized_gram(s, log_normaliser(s)).tolist()
+    [[0.25, 0.25], [0.25, 0.25]]
+    >>> big = torch.tensor([[1000.0, 0.0], [0.0, 1000.0]], dtype=torch.float64)
+    >>> float(normalized_gram(big, log_normaliser(big)).max()) <= 1.0
+    True
+    """
     return log_normalized_gram(scores, log_g).exp_()
 
 
@@ -92,6 +110,10 @@ def sorted_eigh(matrix: torch.Tensor, top: int | None = None) -> tuple[torch.Ten
 
     Returns (μ [..., M], A [..., N, M]) with K A = A diag(μ) and unit columns: all N pairs, or the
     ``top`` leading ones (only those are flipped and sign-fixed).
+
+    >>> mu, a = sorted_eigh(torch.tensor([[2.0, 0.0], [0.0, 3.0]], dtype=torch.float64))
+    >>> mu.tolist(), a.tolist()
+    ([3.0, 2.0], [[0.0, 1.0], [1.0, 0.0]])
     """
     sym = 0.5 * (matrix + matrix.transpose(-1, -2))
     mu, vecs = torch.linalg.eigh(sym)
@@ -103,6 +125,11 @@ def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     """V̂ = G (I − 11ᵀ/N) A with G = diag(1/g_j): v̂_j = (a_j − mean_m a_m)/g_j (P1 Eq. 6; spec §1).
 
     ``axes`` is A, shape [..., N, m]; ``log_g`` is log g, shape [..., N].
+
+    >>> a = torch.tensor([[1.0], [0.0]], dtype=torch.float64)  # one axis over N = 2 tokens
+    >>> log_g = torch.log(torch.tensor([2.0, 4.0], dtype=torch.float64))
+    >>> kpca_values(a, log_g).tolist()  # (a_j − mean a)/g_j
+    [[0.25], [-0.125]]
     """
     centred = axes - axes.mean(dim=-2, keepdim=True)
     return centred * torch.exp(-log_g).unsqueeze(-1)
@@ -243,5 +270,10 @@ class KeyGram:
 
 
 def orthonormalize(x: torch.Tensor) -> torch.Tensor:
-    """An orthonormal basis [..., N, m] of the column space of x [..., N, m] (QR), sign-fixed."""
+    """An orthonormal basis [..., N, m] of the column space of x [..., N, m] (QR), sign-fixed.
+
+    >>> q = orthonormalize(torch.tensor([[3.0, 1.0], [4.0, 1.0], [0.0, 2.0]], dtype=torch.float64))
+    >>> torch.allclose(q.T @ q, torch.eye(2, dtype=torch.float64), atol=1e-12)
+    True
+    """
     return fix_signs(torch.linalg.qr(x).Q)

@@ -116,6 +116,12 @@ def log_phi_sq_norm_p1_code(q: torch.Tensor, k: torch.Tensor,
         ‖φ(q)‖²_p1 / ‖φ(q)‖²_exact = exp((1−s)·(q·q − 2·q·k₀)).
 
     Returned in log space: q·q − 2(1−s)·q·k₀ − 2·log g(q).
+
+    With s = 1 the missing scale does not matter and P1's logged value is exact:
+
+    >>> q = torch.tensor([[0.3, -0.2], [0.1, 0.4]], dtype=torch.float64)
+    >>> torch.allclose(log_phi_sq_norm_p1_code(q, q, 1.0), log_phi_sq_norm(q, q, 1.0))
+    True
     """
     _check_qk(q, k)
     s = resolve_scale(q.shape[-1], scale)

@@ -155,6 +155,19 @@ def naive_gram_spectrum(k: torch.Tensor, scale: float | None = None, standardize
         If ``k`` has fewer than 2 dimensions, ``dtype`` is not floating, or ``scale`` is invalid.
     NonFiniteError
         If the input keys contain NaN or Inf.
+
+    Examples
+    --------
+    Keys with scores above 88.7 overflow exp(S) in float32; the log-space route is unaffected:
+
+    >>> k = 5.0 * torch.eye(3, 8, dtype=torch.float64)  # s·‖k‖² = 25/√8 ≈ 8.8: finite
+    >>> bool(naive_gram_spectrum(k).finite)
+    True
+    >>> out = naive_gram_spectrum(4 * k)  # ≈ 141: exp(S) overflows float32
+    >>> bool(out.finite), bool(out.first_nonfinite_stage["exp"])
+    (False, True)
+    >>> bool(torch.isfinite(gram_spectrum(4 * k)).all())
+    True
     """
     if k.ndim < 2:
         raise ValueError(f"keys must have shape [..., N, d], got {tuple(k.shape)}")
@@ -424,6 +437,16 @@ def gamma_vectors(centred_gram: torch.Tensor, axes: torch.Tensor,
     -------
     (gamma, valid) : Tensors [..., N, m] and bool [..., N, m]
         ``gamma`` is 0 where ``valid`` is False (never NaN or Inf from a division by zero).
+
+    Examples
+    --------
+    For a true eigenvector γ is constant over tokens (= μ/N):
+
+    >>> k = torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> kg = KeyGram(k)
+    >>> gamma, valid = gamma_vectors(kg.centred, kg.axes(1))
+    >>> torch.allclose(gamma[valid], kg.eigenvalues[0] / 6)
+    True
     """
     if centred_gram.shape[-1] != centred_gram.shape[-2] or axes.shape[-2] != centred_gram.shape[-1]:
         raise ValueError(f"centred_gram must be [..., N, N] and axes [..., N, m] with the same N; got "
@@ -648,6 +671,14 @@ def gamma_spread(k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -
 
     Keys ``k`` [N, d] and learned values ``v`` [N, d_v]; m = min(d_v, N − 1). The single-head form of
     :func:`gamma_spread_batched` (seed 0, raw keys), which documents the method.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> k = torch.randn(12, 3, generator=g, dtype=torch.float64)
+    >>> out = gamma_spread(k, KeyGram(k).kpca_values())  # V = V̂: the learned V are eigenvectors
+    >>> float(out["learned"].max()) < 1e-6, float(out["perturbed"].min()) > 1e-3
+    (True, True)
     """
     if k.ndim != 2 or v.ndim != 2:
         raise ValueError(f"gamma_spread takes one head, k [N, d] and v [N, d_v]; got {tuple(k.shape)} and "
