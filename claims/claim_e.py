@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from checks.errors import defined_values
+from checks.errors import UndefinedValueError, defined, defined_values
 from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
 from checks.stats import masked_mean, position_between
 
@@ -85,11 +85,14 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -
     absolute = {name: float(masked_mean(t[f"gamma_{name}_abs"][:, head], keep)[0])
                 for name in ("learned", "eigen", "perturbed")}
     undefined: dict[str, str] = {}
-    position = position_between(means["learned"], means["eigen"], means["perturbed"])
-    if not math.isfinite(position):  # method §6.2: no contrast between the controls, no position
-        undefined["gamma_position"] = ("the perturbed control's spread does not exceed the true "
-                                       "eigenvectors' spread: no contrast to judge by")
-        position = None
+
+    def contrast() -> float:  # method §6.2: without contrast between the controls, no position
+        if not means["perturbed"] > means["eigen"]:
+            raise UndefinedValueError("the perturbed control's spread does not exceed the true "
+                                      "eigenvectors' spread: no contrast to judge by")
+        return position_between(means["learned"], means["eigen"], means["perturbed"])
+
+    position = defined("gamma_position", contrast, undefined)
     closer = (torch.abs(t["gamma_learned"][:, head] - t["gamma_eigen"][:, head])
               < torch.abs(t["gamma_learned"][:, head] - t["gamma_perturbed"][:, head]))
     record = {"claim": "E", "level": "head", "model": model, "layer": layer, "head": head,

@@ -369,3 +369,19 @@ def test_names_are_defined_once_and_agree_with_the_math():
     assert set(names.V_MEASURED) < set(names.V_METRICS)
     assert render.SCHEMA == names.RESULTS_SCHEMA and render.V_METRICS is names.V_METRICS
     assert claim_v.METRICS is names.V_MEASURED
+
+
+def test_gamma_without_contrast_between_the_controls_is_undetermined():
+    t = _gamma_tensors(0.3)
+    t["gamma_perturbed"] = t["gamma_eigen"].clone()  # the two controls coincide
+    record = claim_e.head_record("m", 0, 0, t)
+    assert record["metrics"]["gamma_position"] is None
+    assert record["verdict"] == verdicts.UNDETERMINED and "no contrast" in record["reason"]
+    json.dumps(record, allow_nan=False)
+
+
+def test_claim_e_ratios_without_a_finite_route_are_null_with_a_reason():
+    record = _e_record({"naive_finite_share": 0.0})  # the naive route has no finite sample
+    assert record["metrics"]["max_route_ratio"] is None and "max_route_ratio" in record["undefined"]
+    assert record["verdict"] == verdicts.REFUTED  # settled by the naive route's failure alone
+    json.dumps(record, allow_nan=False)
