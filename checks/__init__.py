@@ -1,5 +1,5 @@
 """Pure, batched tensor math for the claims of Teo & Nguyen (2024), as specified in
-``shared/spec/claims.md``. No models, no files, no pytest: tensors in, tensors out.
+``docs/method.md``. No models, no files, no pytest: tensors in, tensors out.
 
 Single-head entry points (tensors of shape [N, d]):
 - :func:`value_vector_metrics` — claim V (spec §2)

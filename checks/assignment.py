@@ -25,6 +25,12 @@ def optimal_matching(cos: torch.Tensor) -> torch.Tensor:
         ``π[..., j]`` is the column matched to row j (spec §2, optimal cosine; solved by
         ``scipy.optimize.linear_sum_assignment(maximize=True)``). When several permutations tie,
         which one is returned is scipy's choice; the optimal sum is unique.
+
+    Examples
+    --------
+    >>> cos = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.2, 0.1], [0.0, 0.3, 0.7]])
+    >>> optimal_matching(cos).tolist()
+    [1, 0, 2]
     """
     if not isinstance(cos, torch.Tensor) or cos.ndim < 2 or cos.shape[-1] != cos.shape[-2]:
         shape = tuple(cos.shape) if isinstance(cos, torch.Tensor) else type(cos).__name__

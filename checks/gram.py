@@ -2,7 +2,7 @@
 
 Every function is batched over any leading dimensions: keys of shape ``[..., N, d]`` (for example
 ``[samples, heads, N, d]``) give Gram matrices ``[..., N, N]``. Formulas and names follow
-``shared/spec/claims.md`` §1; nothing here loops over heads or samples.
+method §1 (``docs/method.md``); nothing here loops over heads or samples.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ DEFAULT_DTYPE = torch.float64
 
 
 def resolve_scale(d: int, scale: float | None) -> float:
-    """The softmax scale s: the module's own scale if given, else 1/√d (spec §1)."""
+    """The softmax scale s: the module's own scale if given, else 1/√d (spec §1).
+
+    >>> resolve_scale(64, None), resolve_scale(64, 0.5)
+    (0.125, 0.5)
+    """
     if scale is None:
         return 1.0 / math.sqrt(d)
     if not (scale > 0 and math.isfinite(scale)):
@@ -26,19 +30,32 @@ def resolve_scale(d: int, scale: float | None) -> float:
 
 
 def standardize_tokens(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Per-token standardisation over the feature axis: (x − mean)/(std + eps), unbiased std (spec §1)."""
+    """Per-token standardisation over the feature axis: (x − mean)/(std + eps), unbiased std (spec §1).
+
+    >>> x = standardize_tokens(torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64))
+    >>> [round(v, 6) for v in x[0].tolist()]
+    [-1.0, 0.0, 1.0]
+    """
     mean = x.mean(dim=-1, keepdim=True)
     std = x.std(dim=-1, keepdim=True, unbiased=True)
     return (x - mean) / (std + eps)
 
 
 def score_matrix(k: torch.Tensor, scale: float) -> torch.Tensor:
-    """S = s·K Kᵀ, shape [..., N, N] (spec §1)."""
+    """S = s·K Kᵀ, shape [..., N, N] (spec §1).
+
+    >>> score_matrix(torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64), 0.5).tolist()
+    [[0.5, 0.5], [0.5, 1.0]]
+    """
     return scale * (k @ k.transpose(-1, -2))
 
 
 def log_normaliser(scores: torch.Tensor) -> torch.Tensor:
-    """log g_j = logsumexp_m S_jm, shape [..., N] (spec §1)."""
+    """log g_j = logsumexp_m S_jm, shape [..., N] (spec §1).
+
+    >>> round(float(log_normaliser(torch.zeros(1, 4, dtype=torch.float64))[0]), 12) == round(math.log(4), 12)
+    True
+    """
     return torch.logsumexp(scores, dim=-1)
 
 
@@ -48,12 +65,26 @@ def log_normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tens
 
 
 def normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
-    """K_φ[i, j] = exp(S_ij − log g_i − log g_j), computed in log space; entries in (0, 1] (spec §1)."""
+    """K_φ[i, j] = exp(S_ij − log g_i − log g_j), computed in log space; entries in (0, 1] (spec §1).
+
+    Zero scores give K_φ = 1/N² everywhere; huge scores give no overflow (entries ≤ 1):
+
+    >>> s = torch.zeros(2, 2, dtype=torch.float64)
+    >>> normalized_gram(s, log_normaliser(s)).tolist()
+    [[0.25, 0.25], [0.25, 0.25]]
+    >>> big = torch.tensor([[1000.0, 0.0], [0.0, 1000.0]], dtype=torch.float64)
+    >>> float(normalized_gram(big, log_normaliser(big)).max()) <= 1.0
+    True
+    """
     return log_normalized_gram(scores, log_g).exp_()
 
 
 def center_gram(gram: torch.Tensor) -> torch.Tensor:
-    """K̃ = H K H with H = I − 11ᵀ/N, by subtracting row and column means (spec §1)."""
+    """K̃ = H K H with H = I − 11ᵀ/N, by subtracting row and column means (spec §1).
+
+    >>> center_gram(torch.full((3, 3), 0.5, dtype=torch.float64)).abs().max().item()
+    0.0
+    """
     row = gram.mean(dim=-1, keepdim=True)
     col = gram.mean(dim=-2, keepdim=True)
     out = gram - row  # one N×N temporary, then in place
@@ -64,6 +95,9 @@ def fix_signs(vectors: torch.Tensor) -> torch.Tensor:
     """Flip each column so that its entry of largest magnitude is positive (spec §1).
 
     ``vectors`` has shape [..., N, m]; the sign rule makes results independent of the eigensolver.
+
+    >>> fix_signs(torch.tensor([[0.6, 0.1], [-0.8, -0.2]])).tolist()
+    [[-0.6000000238418579, -0.10000000149011612], [0.800000011920929, 0.20000000298023224]]
     """
     idx = vectors.abs().argmax(dim=-2, keepdim=True)
     pivot = torch.gather(vectors, -2, idx)
@@ -76,6 +110,10 @@ def sorted_eigh(matrix: torch.Tensor, top: int | None = None) -> tuple[torch.Ten
 
     Returns (μ [..., M], A [..., N, M]) with K A = A diag(μ) and unit columns: all N pairs, or the
     ``top`` leading ones (only those are flipped and sign-fixed).
+
+    >>> mu, a = sorted_eigh(torch.tensor([[2.0, 0.0], [0.0, 3.0]], dtype=torch.float64))
+    >>> mu.tolist(), a.tolist()
+    ([3.0, 2.0], [[0.0, 1.0], [1.0, 0.0]])
     """
     sym = 0.5 * (matrix + matrix.transpose(-1, -2))
     mu, vecs = torch.linalg.eigh(sym)
@@ -87,6 +125,11 @@ def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     """V̂ = G (I − 11ᵀ/N) A with G = diag(1/g_j): v̂_j = (a_j − mean_m a_m)/g_j (P1 Eq. 6; spec §1).
 
     ``axes`` is A, shape [..., N, m]; ``log_g`` is log g, shape [..., N].
+
+    >>> a = torch.tensor([[1.0], [0.0]], dtype=torch.float64)  # one axis over N = 2 tokens
+    >>> log_g = torch.log(torch.tensor([2.0, 4.0], dtype=torch.float64))
+    >>> kpca_values(a, log_g).tolist()  # (a_j − mean a)/g_j
+    [[0.25], [-0.125]]
     """
     centred = axes - axes.mean(dim=-2, keepdim=True)
     return centred * torch.exp(-log_g).unsqueeze(-1)
@@ -227,5 +270,10 @@ class KeyGram:
 
 
 def orthonormalize(x: torch.Tensor) -> torch.Tensor:
-    """An orthonormal basis [..., N, m] of the column space of x [..., N, m] (QR), sign-fixed."""
+    """An orthonormal basis [..., N, m] of the column space of x [..., N, m] (QR), sign-fixed.
+
+    >>> q = orthonormalize(torch.tensor([[3.0, 1.0], [4.0, 1.0], [0.0, 2.0]], dtype=torch.float64))
+    >>> torch.allclose(q.T @ q, torch.eye(2, dtype=torch.float64), atol=1e-12)
+    True
+    """
     return fix_signs(torch.linalg.qr(x).Q)

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from .errors import check_finite
+from .errors import UndefinedValueError, check_finite, defined
 from .gram import DEFAULT_DTYPE, resolve_scale, standardize_tokens
 
 VARIANTS = ("exact", "p1-code")
@@ -52,7 +52,12 @@ def _check_kv(k: torch.Tensor, v: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def query_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """S_q = s·Q Kᵀ, shape [..., N, M] (spec §3)."""
+    """S_q = s·Q Kᵀ, shape [..., N, M] (spec §3).
+
+    >>> q = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    >>> query_scores(q, q, 0.5).tolist()
+    [[2.5]]
+    """
     return scale * (q @ k.transpose(-1, -2))
 
 
@@ -60,6 +65,12 @@ def log_phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None
     """log ‖φ(q_i)‖² = s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j), shape [..., N] (spec §3).
 
     Finite for any finite input: no exponential is ever formed.
+
+    With one key and q = k, ‖φ(q)‖² = exp(s‖q‖²)/exp(s‖q‖²)² = exp(−s‖q‖²):
+
+    >>> q = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    >>> log_phi_sq_norm(q, q, scale=0.5).tolist()
+    [-2.0]
     """
     _check_qk(q, k)
     s = resolve_scale(q.shape[-1], scale)
@@ -82,6 +93,10 @@ def phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) ->
     formula exp(s‖q‖²)/(Σ_j exp(s·qᵀk_j))² overflows (keys and queries ×50). A value that itself
     exceeds the dtype's range raises :class:`~checks.errors.NonFiniteError`; use
     :func:`log_phi_sq_norm` then.
+
+    >>> q = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    >>> round(float(phi_sq_norm(q, q, scale=0.5)[0]), 12) == round(math.exp(-2.0), 12)
+    True
     """
     return _exp_checked(log_phi_sq_norm(q, k, scale), "‖φ(q)‖²")
 
@@ -101,6 +116,12 @@ def log_phi_sq_norm_p1_code(q: torch.Tensor, k: torch.Tensor,
         ‖φ(q)‖²_p1 / ‖φ(q)‖²_exact = exp((1−s)·(q·q − 2·q·k₀)).
 
     Returned in log space: q·q − 2(1−s)·q·k₀ − 2·log g(q).
+
+    With s = 1 the missing scale does not matter and P1's logged value is exact:
+
+    >>> q = torch.tensor([[0.3, -0.2], [0.1, 0.4]], dtype=torch.float64)
+    >>> torch.allclose(log_phi_sq_norm_p1_code(q, q, 1.0), log_phi_sq_norm(q, q, 1.0))
+    True
     """
     _check_qk(q, k)
     s = resolve_scale(q.shape[-1], scale)
@@ -114,6 +135,14 @@ def head_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """h_i = Σ_j softmax_j(s·q_iᵀk_j) v_j, shape [..., N, d_v] (spec §3).
 
     The head output before the output projection; no dropout, no mask.
+
+    A zero query attends uniformly, so h is the mean of the values:
+
+    >>> q = torch.zeros(1, 2, dtype=torch.float64)
+    >>> k = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> v = torch.tensor([[2.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+    >>> head_output(q, k, v).tolist()
+    [[1.0, 2.0]]
     """
     _check_qk(q, k)
     _check_kv(k, v)
@@ -123,7 +152,14 @@ def head_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def h_sq_norm(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               scale: float | None = None) -> torch.Tensor:
-    """‖h_i‖², shape [..., N] (spec §3)."""
+    """‖h_i‖², shape [..., N] (spec §3).
+
+    >>> q = torch.zeros(1, 2, dtype=torch.float64)
+    >>> k = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> v = torch.tensor([[2.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+    >>> h_sq_norm(q, k, v).tolist()
+    [5.0]
+    """
     h = head_output(q, k, v, scale)
     return (h * h).sum(-1)
 
@@ -133,7 +169,11 @@ def h_sq_norm(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # ---------------------------------------------------------------------------------------------
 
 def projection_loss(phi_sq: torch.Tensor, h_sq: torch.Tensor) -> torch.Tensor:
-    """J_proj = (1/N) Σ_i (‖φ(q_i)‖² − ‖h_i‖²), shape [...] (spec §3; P1 repository issue #1)."""
+    """J_proj = (1/N) Σ_i (‖φ(q_i)‖² − ‖h_i‖²), shape [...] (spec §3; P1 repository issue #1).
+
+    >>> projection_loss(torch.tensor([3.0, 5.0]), torch.tensor([1.0, 1.0])).item()
+    3.0
+    """
     return (phi_sq - h_sq).mean(-1)
 
 
@@ -142,6 +182,9 @@ def bessel_share(phi_sq: torch.Tensor, h_sq: torch.Tensor, rtol: float = 0.0) ->
 
     Only reports the share; the verdict's 99% bar is applied elsewhere. ``rtol`` (default 0, an
     exact comparison) allows round-off in hand-built heads where the bound is nearly attained.
+
+    >>> bessel_share(torch.tensor([1.0, 1.0, 1.0, 1.0]), torch.tensor([0.5, 1.0, 2.0, 0.0])).item()
+    0.75
     """
     if rtol < 0:
         raise ValueError(f"rtol must be ≥ 0, got {rtol!r}")
@@ -155,6 +198,11 @@ def magnitude_log10_ratio(phi_sq: torch.Tensor, h_sq: torch.Tensor,
     If ``log_phi_sq`` is given, mean ‖φ‖² is taken in log space (logsumexp − log N), which stays
     exact when the ‖φ‖² themselves under- or overflow. Raises ValueError when a mean is zero or
     infinite (e.g. all value vectors zero): the ratio is then undefined, never reported as ±inf/NaN.
+
+    >>> phi = torch.tensor([0.001, 0.001], dtype=torch.float64)
+    >>> h = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    >>> round(float(magnitude_log10_ratio(phi, h)), 12)
+    3.0
     """
     n = h_sq.shape[-1]
     if log_phi_sq is None:
@@ -164,8 +212,9 @@ def magnitude_log10_ratio(phi_sq: torch.Tensor, h_sq: torch.Tensor,
     ratio = (torch.log(h_sq.mean(-1)) - log_mean_phi) / math.log(10.0)  # spec §3, log10 ratio
     if not bool(torch.isfinite(ratio).all()):
         bad = tuple(int(i) for i in torch.nonzero(~torch.isfinite(ratio))[0]) if ratio.ndim else ()
-        raise ValueError(f"log10(mean ‖h‖² / mean ‖φ‖²) is undefined at batch index {bad}: a mean "
-                         "is zero or infinite (zero value vectors, or ‖φ‖² underflow: pass log_phi_sq)")
+        raise UndefinedValueError(
+            f"log10(mean ‖h‖² / mean ‖φ‖²) is undefined at batch index {bad}: a mean is zero or "
+            "infinite (zero value vectors, or ‖φ‖² underflow: pass log_phi_sq; method §6.2)")
     return ratio
 
 
@@ -177,12 +226,16 @@ def p1_logged_value(phi_sq: torch.Tensor, h_sq: torch.Tensor,
     together (``dim=None``, the default: all elements) and then averaged those logs over the
     layers. Fed with the "p1-code" ‖φ‖² it reproduces P1's curve; fed with the exact ‖φ‖² it is
     usually undefined. The log of a non-positive mean is undefined: raises ValueError then.
+
+    >>> round(float(p1_logged_value(torch.tensor([3.0, 5.0]), torch.tensor([1.0, 1.0]))), 6) == round(math.log(3.0), 6)
+    True
     """
     err = phi_sq - h_sq
     mean = err.mean() if dim is None else err.mean(dim=dim)
     if not bool((mean > 0).all()):
-        raise ValueError("log(mean(‖φ‖² − ‖h‖²)) is undefined: the mean error is ≤ 0 (‖h‖² "
-                         "dominates); P1's logged value only exists when the mean error is positive")
+        raise UndefinedValueError(
+            "log(mean(‖φ‖² − ‖h‖²)) is undefined: the mean error is ≤ 0 (‖h‖² dominates); P1's "
+            "logged value only exists when the mean error is positive (method §6.2)")
     return torch.log(mean)
 
 
@@ -218,6 +271,17 @@ def projection_terms_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ------
     ValueError for bad shapes, variant or scale; NonFiniteError for non-finite inputs or a
     ‖φ‖² beyond the dtype's range.
+
+    Examples
+    --------
+    Zero values give h = 0, so J_proj is the mean ‖φ‖² and Bessel holds for every token:
+
+    >>> q = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> out = projection_terms_batched(q, q, torch.full_like(q, 1e-3))
+    >>> out["bessel_share"].tolist()
+    [1.0, 1.0]
+    >>> bool(torch.allclose(out["j_proj"], (out["phi_sq"] - out["h_sq"]).mean(-1)))
+    True
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; use one of {VARIANTS}")
@@ -254,6 +318,11 @@ def projection_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Returns {"phi_sq": Tensor [N], "h_sq": Tensor [N], "j_proj": float}: ‖φ(q_i)‖² and ‖h_i‖² per
     query token and J_proj = mean_i(‖φ(q_i)‖² − ‖h_i‖²). See :func:`projection_terms_batched`
     for the options and the batched form.
+
+    >>> q = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    >>> out = projection_terms(q, q, torch.full((1, 2), 1e-3, dtype=torch.float64), scale=0.5)
+    >>> round(out["j_proj"], 12) == round(math.exp(-2.0) - 2e-6, 12)  # ‖φ‖² − ‖h‖², h = v
+    True
     """
     if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
         raise ValueError(f"projection_terms takes one head: q [N, d], k [M, d], v [M, d_v]; got "
@@ -281,7 +350,11 @@ def _check_series(*series: torch.Tensor, names: tuple[str, ...]) -> None:
 
 
 def average_ranks(x: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..T along the last axis, ties given their average rank (as scipy's rankdata)."""
+    """Ranks 1..T along the last axis, ties given their average rank (as scipy's rankdata).
+
+    >>> average_ranks(torch.tensor([10.0, 30.0, 20.0, 20.0])).tolist()
+    [1.0, 4.0, 2.5, 2.5]
+    """
     less = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)
     equal = (x.unsqueeze(-2) == x.unsqueeze(-1)).sum(-1)
     return less.to(torch.float64) + (equal.to(torch.float64) + 1.0) / 2.0
@@ -292,7 +365,14 @@ def spearman_rho(values: torch.Tensor, steps: torch.Tensor) -> float:
 
     The Pearson correlation of the average ranks (ties averaged). ρ < 0 means the series falls
     with training. Raises ValueError for T < 2, non-finite entries, or a constant series (ρ is
-    undefined when either set of ranks has zero variance).
+    undefined when either set of ranks has zero variance: :class:`checks.errors.UndefinedValueError`,
+    method §6.2).
+
+    >>> steps = torch.arange(5.0, dtype=torch.float64)
+    >>> spearman_rho(torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0], dtype=torch.float64), steps)
+    -1.0
+    >>> spearman_rho(torch.tensor([1.0, 2.0, 2.0, 3.0, 9.0], dtype=torch.float64), steps) > 0.9
+    True
     """
     if values.ndim != 1 or steps.ndim != 1:
         raise ValueError(f"values and steps must be 1-D series [T]; got {tuple(values.shape)}, "
@@ -303,7 +383,8 @@ def spearman_rho(values: torch.Tensor, steps: torch.Tensor) -> float:
     rv, rs = rv - rv.mean(), rs - rs.mean()
     denom = torch.sqrt((rv * rv).sum() * (rs * rs).sum())
     if float(denom) == 0.0:
-        raise ValueError("Spearman's ρ is undefined: values or steps are constant")
+        raise UndefinedValueError("Spearman's rho is undefined: the series or its steps are constant "
+                                  "(zero variance of the ranks, method §6.2)")
     return float((rv * rs).sum() / denom)
 
 
@@ -318,6 +399,12 @@ def term_attribution(phi_sq_means: torch.Tensor,
     When ΔJ = 0 exactly the shares are undefined: both are reported as 0.0 and "defined" is False
     (never NaN). All entries are tensors of shape [...] (0-d for one series): "j_first",
     "j_last", "delta_j", "delta_phi", "delta_h", "share_phi", "share_h", "defined" (bool).
+
+    ‖h‖² falls from 5 to 2 while ‖φ‖² stays at 1: J rises by 3, all of it carried by ‖h‖²:
+
+    >>> att = term_attribution(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([5.0, 3.0, 2.0]))
+    >>> float(att["delta_j"]), float(att["share_h"]), float(att["share_phi"])
+    (3.0, 1.0, 0.0)
     """
     _check_series(phi_sq_means, h_sq_means, names=("phi_sq_means", "h_sq_means"))
     phi = phi_sq_means.to(torch.float64)
@@ -341,17 +428,54 @@ def term_attribution(phi_sq_means: torch.Tensor,
     }
 
 
+def _exp(log_value: float, what: str) -> float:
+    """exp(log_value), or :class:`UndefinedValueError` when it is not a finite float64."""
+    try:
+        return math.exp(log_value)
+    except OverflowError:
+        raise UndefinedValueError(f"{what} = exp({log_value:.6g}) exceeds the float64 range "
+                                  "(method §6.2)") from None
+
+
+def _log10_ratio(h: float, log_phi: float) -> float:
+    """log10(h / exp(log_phi)) for a mean ‖h‖² h ≥ 0, in log space."""
+    if not h > 0:
+        raise UndefinedValueError("log10(mean ||h||^2 / mean ||phi(q)||^2) is undefined: mean "
+                                  "||h||^2 is 0 (all value vectors zero; method §6.2)")
+    return (math.log(h) - log_phi) / math.log(10)
+
+
+def _p1_log_mean_error(h: float, log_p1: float) -> float:
+    """log(φ̄_p1 − h̄) = log φ̄_p1 + log(1 − h̄/φ̄_p1), with h̄/φ̄_p1 taken in log space."""
+    if h > 0 and math.log(h) - log_p1 >= 0 or not math.isfinite(log_p1):
+        raise UndefinedValueError("P1's logged value log(mean(||phi||^2_p1 - ||h||^2)) is undefined: "
+                                  "the mean error is <= 0 (method §6.2)")
+    frac = math.exp(math.log(h) - log_p1) if h > 0 else 0.0
+    return log_p1 + math.log1p(-frac)
+
+
 def pooled_terms(log_phi_sq_mean: torch.Tensor, h_sq_mean: torch.Tensor,
                  bessel: torch.Tensor, n_tokens: torch.Tensor,
-                 p1_log_phi_sq_mean: torch.Tensor | None = None) -> dict[str, float]:
+                 p1_log_phi_sq_mean: torch.Tensor | None = None) -> dict:
     """Pool per-head token means (any shape, e.g. [samples, heads] or [samples, layers, heads])
-    into one set of spec §3 quantities, weighting each head by its token count.
+    into one set of method §3 quantities, weighting each head by its token count.
 
     mean‖φ‖² is pooled in log space (it can underflow per token); J_proj = mean‖φ‖² − mean‖h‖²
-    (spec §3); log10_ratio = log10(mean‖h‖²/mean‖φ‖²) (spec §3, P2's magnitude); the Bessel share
-    is the share of all tokens with ‖h_i‖² ≤ ‖φ(q_i)‖². With ``p1_log_phi_sq_mean``, also P1's
-    logged quantity log(mean(‖φ‖²_p1 − ‖h‖²)) ("p1-code", see :func:`log_phi_sq_norm_p1_code`),
-    or None where that mean is not positive.
+    (method §3.1); log10_ratio = log10(mean‖h‖²/mean‖φ‖²) (P2's magnitude, method §3.2); the Bessel
+    share is the share of all tokens with ‖h_i‖² ≤ ‖φ(q_i)‖². With ``p1_log_phi_sq_mean``, also
+    P1's logged quantity log(mean(‖φ‖²_p1 − ‖h‖²)) ("p1-code", see
+    :func:`log_phi_sq_norm_p1_code`).
+
+    A quantity without a finite value (mean‖φ‖² beyond the float64 range, a zero mean‖h‖² under
+    the log, a non-positive mean error under P1's log) is None, and ``"undefined"`` maps its name
+    to the reason (method §6.2); all other entries are finite floats.
+
+    >>> one = torch.ones(2, 3, dtype=torch.float64)
+    >>> out = pooled_terms(torch.log(one), 100 * one, one, one)
+    >>> out["log10_ratio"], out["j_proj"], out["undefined"]
+    (2.0, -99.0, {})
+    >>> pooled_terms(torch.log(one), 0 * one, one, one)["log10_ratio"] is None
+    True
     """
     n = n_tokens.to(torch.float64).reshape(-1)
     total = n.sum()
@@ -360,18 +484,22 @@ def pooled_terms(log_phi_sq_mean: torch.Tensor, h_sq_mean: torch.Tensor,
     log_n = n.log()
     log_phi = float(torch.logsumexp(log_phi_sq_mean.reshape(-1) + log_n, 0) - total.log())
     h = float((h_sq_mean.reshape(-1) * n).sum() / total)
+    why: dict[str, str] = {}
+    phi = defined("phi_sq_mean", lambda: _exp(log_phi, "mean ||phi(q)||^2"), why)
     out = {
-        "phi_sq_mean": math.exp(log_phi) if log_phi < 709 else math.inf,
+        "phi_sq_mean": phi,
         "log_phi_sq_mean": log_phi,
         "h_sq_mean": h,
         "bessel_share": float((bessel.reshape(-1) * n).sum() / total),
-        "log10_ratio": (math.log(h) - log_phi) / math.log(10) if h > 0 else -math.inf,
+        "log10_ratio": defined("log10_ratio", lambda: _log10_ratio(h, log_phi), why),
     }
-    out["j_proj"] = out["phi_sq_mean"] - h
+    if phi is None:
+        why["j_proj"] = f"J_proj = mean ||phi||^2 - mean ||h||^2 has no value: {why['phi_sq_mean']}"
+    out["j_proj"] = None if phi is None else phi - h
     if p1_log_phi_sq_mean is not None:
         log_p1 = float(torch.logsumexp(p1_log_phi_sq_mean.reshape(-1) + log_n, 0) - total.log())
-        # log(mean(φ_p1 − h)) = log φ̄_p1 + log(1 − h̄/φ̄_p1), defined when φ̄_p1 > h̄
-        frac = h * math.exp(-log_p1) if log_p1 > -700 else math.inf
         out["p1_log_phi_sq_mean"] = log_p1
-        out["p1_log_mean_error"] = log_p1 + math.log1p(-frac) if frac < 1 else None
+        out["p1_log_mean_error"] = defined("p1_log_mean_error",
+                                           lambda: _p1_log_mean_error(h, log_p1), why)
+    out["undefined"] = why
     return out

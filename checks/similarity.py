@@ -2,7 +2,7 @@
 
 Every metric takes ``x`` (the learned V) and ``y`` (V̂ or a null V̂₀), both of shape ``[..., N, d]``
 (tokens × features), and returns one number per leading index, shape ``[...]``. Definitions follow
-``shared/spec/claims.md`` §2 (P2's protocol; the subspace overlap is ours). Nothing here loops over
+method §2.1 (``docs/method.md``; P2's protocol; the subspace overlap is ours). Nothing here loops over
 heads or samples except the assignment solver in :mod:`checks.assignment`.
 
 Scale and zeros
@@ -24,9 +24,6 @@ import torch
 from .assignment import optimal_matching
 from .errors import check_finite
 from .gram import center_gram
-
-ALLCLOSE_ATOL = 1e-5  # spec §2, allclose rate: |V − V̂| ≤ 1e-5 + 1e-3·|V̂|
-ALLCLOSE_RTOL = 1e-3
 
 
 def _check_pair(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -87,13 +84,23 @@ def _direct_pair(ux: torch.Tensor, uy: torch.Tensor) -> torch.Tensor:
 
 
 def cosine_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """C[..., j, k] = cos(x_j, y_k) between the token rows of x and y, shape [..., N, N] (spec §2)."""
+    """C[..., j, k] = cos(x_j, y_k) between the token rows of x and y, shape [..., N, N] (spec §2).
+
+    >>> x = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64)
+    >>> cosine_matrix(x, x).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
     _check_pair(x, y)
     return _cosine_pair(_unit_rows(x), _unit_rows(y))
 
 
 def direct_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean over tokens j of cos(x_j, y_j), shape [...]; a zero row counts as 0 (spec §2, P2)."""
+    """Mean over tokens j of cos(x_j, y_j), shape [...]; a zero row counts as 0 (spec §2, P2).
+
+    >>> x = torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> round(float(direct_cosine(x, 5 * x)), 12), round(float(direct_cosine(x, -x)), 12)
+    (1.0, -1.0)
+    """
     _check_pair(x, y)
     return _direct_pair(_unit_rows(x), _unit_rows(y))
 
@@ -102,6 +109,12 @@ def optimal_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean of matched cosines under the matching π maximising Σ_j cos(x_j, y_π(j)) (spec §2, P2).
 
     π comes from :func:`checks.assignment.optimal_matching` (Hungarian method), shape [...].
+
+    Shuffled tokens are matched back, so V = V̂ up to token order scores 1:
+
+    >>> x = torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> round(float(optimal_cosine(x, x[[3, 1, 5, 0, 2, 4]])), 12)
+    1.0
     """
     return matched_cosine(cosine_matrix(x, y))
 
@@ -111,6 +124,10 @@ def matched_cosine(cos: torch.Tensor) -> torch.Tensor:
 
     The Hungarian step on its own, so that a caller can run it apart from the tensor math (on
     the CPU while the device works on the next batch); see :func:`metric_suite`.
+
+    >>> cos = torch.tensor([[0.1, 0.9], [0.8, 0.2]], dtype=torch.float64)
+    >>> round(float(matched_cosine(cos)), 12)  # tokens 0 -> 1 and 1 -> 0
+    0.85
     """
     perm = optimal_matching(cos)
     return torch.gather(cos, -1, perm.unsqueeze(-1)).squeeze(-1).mean(-1)  # cos(v_j, v̂_π(j))
@@ -121,6 +138,14 @@ def linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     With column-centred Xc, Yc: ‖YcᵀXc‖²_F / (‖XcᵀXc‖_F ‖YcᵀYc‖_F), which equals the N×N form
     ⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F) with K_X = XXᵀ. A zero-variance operand gives 0.
+
+    A rotated copy has linear CKA 1:
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(10, 4, generator=g, dtype=torch.float64)
+    >>> rotation, _ = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=torch.float64))
+    >>> round(float(linear_cka(x, x @ rotation)), 12)
+    1.0
     """
     _check_pair(x, y)
     return _linear_cka_pair(_linear_cka_operand(_peak_one(x)), _linear_cka_operand(_peak_one(y)))
@@ -144,6 +169,10 @@ def squared_distances(x: torch.Tensor) -> torch.Tensor:
     """D[..., i, j] = ‖x_i − x_j‖², built as ‖x_i‖² + ‖x_j‖² − 2x_iᵀx_j (spec §2, kernel CKA).
 
     Clamped at 0 and with an exactly zero diagonal (``torch.cdist`` leaves round-off there).
+
+    >>> x = torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=torch.float64)
+    >>> squared_distances(x).tolist()
+    [[0.0, 25.0], [25.0, 0.0]]
     """
     sq = (x * x).sum(-1)
     d2 = (x @ x.transpose(-1, -2)).mul_(-2.0)  # spec §2: ‖x_i‖² + ‖x_j‖² − 2x_iᵀx_j, in place
@@ -156,6 +185,10 @@ def median_bandwidth(x: torch.Tensor) -> torch.Tensor:
     """σ² = median of ‖x_i − x_j‖² over pairs i < j, the lower middle value (as torch.median), [...].
 
     Spec §2, kernel CKA. Needs N ≥ 2 tokens.
+
+    >>> x = torch.tensor([[0.0], [1.0], [3.0]], dtype=torch.float64)  # pair distances² 1, 4, 9
+    >>> float(median_bandwidth(x))
+    4.0
     """
     return _median_pair_distance(squared_distances(x))
 
@@ -174,6 +207,12 @@ def rbf_gram(x: torch.Tensor) -> torch.Tensor:
 
     σ² is clamped at finfo.tiny: when more than half the pairs coincide (σ² = 0) coinciding tokens
     get 1 and all others 0, instead of NaN.
+
+    >>> x = torch.tensor([[0.0], [1.0], [3.0]], dtype=torch.float64)
+    >>> torch.diagonal(rbf_gram(x)).tolist()
+    [1.0, 1.0, 1.0]
+    >>> round(float(rbf_gram(x)[0, 2]), 12) == round(float(torch.exp(torch.tensor(-9 / 8, dtype=torch.float64))), 12)
+    True
     """
     d2 = squared_distances(x)
     sigma2 = _median_pair_distance(d2).clamp_min(_tiny(x))
@@ -194,6 +233,12 @@ def kernel_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """CKA with RBF Gram matrices, σ² chosen separately for x and y, shape [...] (spec §2, P2).
 
     Invariant to orthogonal maps and isotropic scaling of either operand.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(10, 4, generator=g, dtype=torch.float64)
+    >>> rotation, _ = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=torch.float64))
+    >>> round(float(kernel_cka(x, 3 * x @ rotation)), 12)
+    1.0
     """
     _check_pair(x, y)
     return _gram_cka_pair(_kernel_cka_operand(_peak_one(x)), _kernel_cka_operand(_peak_one(y)))
@@ -204,6 +249,10 @@ def relative_frobenius(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Both are divided by their common largest magnitude first (no overflow/underflow). When
     ‖X‖_F = 0 the ratio is 0 if Y is zero too and +inf otherwise (an undefined ratio, never NaN).
+
+    >>> x = torch.tensor([[3.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+    >>> float(relative_frobenius(x, x)), float(relative_frobenius(x, torch.zeros_like(x)))
+    (0.0, 1.0)
     """
     _check_pair(x, y)
     return _relative_frobenius_pair(x, y)
@@ -225,6 +274,10 @@ def pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per token j, Pearson correlation of x_j and y_j across the d features; mean over tokens.
 
     Shape [...] (spec §2, P2). A zero-variance row contributes 0.
+
+    >>> x = torch.tensor([[1.0, 2.0, 4.0], [0.0, 1.0, -1.0]], dtype=torch.float64)
+    >>> round(float(pearson(x, 2 * x + 3)), 12), round(float(pearson(x, -x)), 12)
+    (1.0, -1.0)
     """
     _check_pair(x, y)
     return _direct_pair(_pearson_operand(x), _pearson_operand(y))  # spec §2: corr(v_j, v̂_j)
@@ -236,15 +289,27 @@ def _pearson_operand(x: torch.Tensor) -> torch.Tensor:
     return _unit_rows(xr - xr.mean(-1, keepdim=True))
 
 
-def allclose(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Bool [...]: every entry obeys |x − y| ≤ 1e-5 + 1e-3·|y|, y = V̂ (spec §2, P2 allclose rate)."""
+def allclose(x: torch.Tensor, y: torch.Tensor, *, atol: float, rtol: float) -> torch.Tensor:
+    """Bool [...]: every entry obeys |x − y| ≤ atol + rtol·|y|, y = V̂ (method §2.1, P2's allclose).
+
+    The tolerances have no default here: the claims read them from ``[claim_v.allclose]`` of
+    ``claims/thresholds.toml`` (method §9) and pass them in.
+
+    >>> y = torch.tensor([[1.0, -2.0], [0.5, 4.0]], dtype=torch.float64)
+    >>> bool(allclose(y + 1e-6, y, atol=1e-5, rtol=1e-3))
+    True
+    >>> bool(allclose(y + 1e-2, y, atol=1e-5, rtol=1e-3))
+    False
+    """
     _check_pair(x, y)
-    return _allclose_pair(x, y)
+    return _allclose_pair(x, y, atol, rtol)
 
 
-def _allclose_pair(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _allclose_pair(x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
     """:func:`allclose` without the input checks."""
-    ok = (x - y).abs() <= ALLCLOSE_ATOL + ALLCLOSE_RTOL * y.abs()  # spec §2
+    if not (atol >= 0 and rtol >= 0):
+        raise ValueError(f"allclose needs atol >= 0 and rtol >= 0, got atol={atol!r}, rtol={rtol!r}")
+    ok = (x - y).abs() <= atol + rtol * y.abs()  # method §2.1
     return ok.all(dim=-1).all(dim=-1)
 
 
@@ -282,6 +347,14 @@ def subspace_overlap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     tolerance max(N, d)·ε·σ_max). Divided by max(rank x, rank y), so the overlap is 1 exactly when
     the two spaces coincide, and ≈ d/N for two random d-dimensional subspaces. Invariant to any
     invertible map of the columns. 0 when either operand is zero. Shape [...].
+
+    Any invertible map of the columns leaves the column space, and so the overlap, unchanged:
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(12, 3, generator=g, dtype=torch.float64)
+    >>> m = torch.tensor([[2.0, 1.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 3.0]], dtype=torch.float64)
+    >>> round(float(subspace_overlap(x, x @ m)), 12)
+    1.0
     """
     _check_pair(x, y)
     return _overlap_pair(_orthonormal_column_basis(_peak_one(x)),
@@ -300,7 +373,8 @@ SUITE_NAMES = ("direct_cosine", "linear_cka", "kernel_cka", "relative_frobenius"
                "allclose", "subspace_overlap")
 
 
-def metric_suite(x: torch.Tensor, ys: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
+                 rtol: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Every metric of x against each of several targets, with x's side computed once.
 
     Parameters
@@ -309,6 +383,8 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor) -> tuple[dict[str, torch.Ten
         The learned values V.
     ys : Tensor [T, ..., N, d]
         T targets (for claim V: V̂ and the null V̂₀).
+    atol, rtol : float
+        Tolerances of :func:`allclose` (no default: ``[claim_v.allclose]`` of the thresholds file).
 
     Returns
     -------
@@ -317,6 +393,14 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor) -> tuple[dict[str, torch.Ten
         function of that name applied to (x, ys[t]) (``allclose`` as bool). ``cos``: the cosine
         matrices [T, ..., N, N] of :func:`cosine_matrix`; :func:`matched_cosine` turns them into
         the optimal cosine, left to the caller so the Hungarian step can run apart.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(8, 3, generator=g, dtype=torch.float64)
+    >>> metrics, cos = metric_suite(x, torch.stack([x, -x]), atol=1e-5, rtol=1e-3)
+    >>> metrics["direct_cosine"].tolist(), metrics["allclose"].tolist(), tuple(cos.shape)
+    ([1.0, -1.0], [True, False], (2, 8, 8))
     """
     if not isinstance(ys, torch.Tensor) or ys.ndim != x.ndim + 1:
         raise ValueError("ys must stack the targets along a new leading axis: [T, ..., N, d]")
@@ -331,7 +415,7 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor) -> tuple[dict[str, torch.Ten
                                      _kernel_cka_operand(yss)),
         "relative_frobenius": _relative_frobenius_pair(xb, ys),
         "pearson": _direct_pair(_pearson_operand(xs).unsqueeze(0), _pearson_operand(yss)),
-        "allclose": _allclose_pair(xb, ys),
+        "allclose": _allclose_pair(xb, ys, atol, rtol),
         "subspace_overlap": _overlap_pair(
             tuple(t.unsqueeze(0) for t in _orthonormal_column_basis(xs)),
             _orthonormal_column_basis(yss)),

@@ -38,6 +38,10 @@ def random_orthonormal(n: int, m: int, seed: int, batch_shape: tuple[int, ...] =
     Returns
     -------
     Tensor [*batch_shape, n, m] on the CPU.
+
+    >>> a0 = random_orthonormal(6, 3, seed=0)
+    >>> torch.allclose(a0.T @ a0, torch.eye(3, dtype=torch.float64), atol=1e-12)
+    True
     """
     if not (isinstance(n, int) and isinstance(m, int) and 1 <= m <= n):
         raise ValueError(f"random_orthonormal needs integers 1 <= m <= n, got n={n!r}, m={m!r}")
@@ -68,6 +72,8 @@ def value_vector_metrics_batched(
     null_seed: int = 0,
     dtype: torch.dtype = DEFAULT_DTYPE,
     defer_matching: bool = False,
+    atol: float,
+    rtol: float,
 ) -> dict[str, torch.Tensor]:
     """Claim-V metrics of learned values against V̂ and against the null V̂₀, batched (spec §2).
 
@@ -94,6 +100,9 @@ def value_vector_metrics_batched(
         the result holds ``"cosine_matrices"`` [2, ..., N, N] (V̂, then V̂₀) on the CPU, which
         :func:`checks.similarity.matched_cosine` turns into those two metrics. Lets a caller run
         the assignment on the CPU while the next batch is computed.
+    atol, rtol : float
+        Tolerances of the allclose rate, |V − V̂| ≤ atol + rtol·|V̂| elementwise. No default: the
+        caller passes ``[claim_v.allclose]`` of ``claims/thresholds.toml`` (method §2.1, §9).
 
     Returns
     -------
@@ -108,6 +117,18 @@ def value_vector_metrics_batched(
     When N ≤ d, V̂ has only N eigen-directions: it (and V̂₀) is padded with zero columns to d and the
     head is undetermined (KeyGram flags it); its metrics are computed all the same.
     Raises :class:`checks.errors.NonFiniteError` for non-finite keys, values or Gram matrices.
+
+    Examples
+    --------
+    V = V̂ scores 1 on every similarity metric and 0 in relative Frobenius:
+
+    >>> k = torch.randn(2, 20, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> v_hat = KeyGram(k).kpca_values()
+    >>> r = value_vector_metrics_batched(k, v_hat, atol=1e-5, rtol=1e-3)
+    >>> [round(x, 9) for x in r["optimal_cosine"].tolist()], r["allclose"].tolist()
+    ([1.0, 1.0], [1.0, 1.0])
+    >>> float(r["relative_frobenius"].abs().max()) < 1e-12
+    True
     """
     if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
         raise ValueError("k and v must be torch tensors of shape [..., N, d]")
@@ -137,7 +158,7 @@ def value_vector_metrics_batched(
         check_finite(a0, "null_axes")
     v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # spec §2: V̂₀ = G(I − 11ᵀ/N)A₀
 
-    metrics, cos = similarity.metric_suite(v, torch.stack([v_hat, v_null]))
+    metrics, cos = similarity.metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
     out = {}
     for name, both in metrics.items():
         both = both.to(v.dtype) if name == "allclose" else both
@@ -158,7 +179,7 @@ def value_vector_metrics_batched(
 
 def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          scale: float | None = None, standardize: bool = False,
-                         seed: int = 0) -> dict[str, float]:
+                         seed: int = 0, *, atol: float, rtol: float) -> dict[str, float]:
     """Claim-V metrics for one attention head (spec §2): learned V vs V̂, and vs the null V̂₀.
 
     Parameters
@@ -174,6 +195,8 @@ def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         Standardise keys per token first (spec §1).
     seed : int
         Seed of the null basis A₀ (:func:`random_orthonormal`).
+    atol, rtol : float
+        Tolerances of the allclose rate (``[claim_v.allclose]``, method §2.1; no default).
 
     Returns
     -------
@@ -181,6 +204,14 @@ def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         Exactly 16 keys: the 8 :data:`METRIC_NAMES` and each with suffix ``"_null"``; ``allclose``
         as 1.0 or 0.0. Computed in float64 with P2's axis convention. Use
         :func:`value_vector_metrics_batched` for the undetermined flag and batches.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> k = torch.randn(20, 4, generator=g, dtype=torch.float64)
+    >>> m = value_vector_metrics(k, k, KeyGram(k).kpca_values(), atol=1e-5, rtol=1e-3)
+    >>> round(m["optimal_cosine"], 9), round(m["linear_cka"], 9), m["allclose"]
+    (1.0, 1.0, 1.0)
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.ndim != 2:
@@ -192,6 +223,7 @@ def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         )
     if v.shape != k.shape:
         raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
-    res = value_vector_metrics_batched(k, v, scale=scale, standardize=standardize, null_seed=seed)
+    res = value_vector_metrics_batched(k, v, scale=scale, standardize=standardize, null_seed=seed,
+                                       atol=atol, rtol=rtol)
     names = METRIC_NAMES + tuple(f"{name}_null" for name in METRIC_NAMES)
     return {name: float(res[name]) for name in names}

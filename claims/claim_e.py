@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from checks.errors import UndefinedValueError, defined, defined_values
 from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
 from checks.stats import masked_mean, position_between
 
@@ -58,11 +59,18 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
     metrics = {"raw_vs_standardized_ratio": raw_std["max_ratio"],
                "max_route_ratio": max(p["max_ratio"] for p in pairs),
                "naive_finite_share": float(finite.to(torch.float64).mean())}
-    v = verdicts.judge(CLAIM, metrics)
+    # method §6.2: an infinite ratio (a route without a finite sample, or a statistic that is 0 on
+    # one route only) is recorded as no value, with the reason, never as inf
+    undefined = {k: "a route has no finite sample, or a statistic is 0 on one route only"
+                 for k, x in metrics.items() if not math.isfinite(x)}
+    metrics = defined_values(metrics, undefined)
+    v = verdicts.judge(CLAIM, metrics, undefined=undefined)
+    notes = {"undefined": undefined} if undefined else {}
+    notes.update({"reason": v.reason} if v.reason else {})
     return {"claim": "E", "level": "model", "model": model, "layer": None, "head": None,
             "verdict": v.verdict, "metrics": metrics, "routes": routes,
-            "route_ratios": raw_std["ratio"], "layers": layers, "heads": heads,
-            "evidence": verdicts.format_evidence(v)}
+            "route_ratios": defined_values(raw_std["ratio"], {}), "layers": layers,
+            "heads": heads, "evidence": verdicts.format_evidence(v), **notes}
 
 
 def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -> dict:
@@ -76,7 +84,15 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -
              for name in ("learned", "eigen", "perturbed")}
     absolute = {name: float(masked_mean(t[f"gamma_{name}_abs"][:, head], keep)[0])
                 for name in ("learned", "eigen", "perturbed")}
-    position = position_between(means["learned"], means["eigen"], means["perturbed"])
+    undefined: dict[str, str] = {}
+
+    def contrast() -> float:  # method §6.2: without contrast between the controls, no position
+        if not means["perturbed"] > means["eigen"]:
+            raise UndefinedValueError("the perturbed control's spread does not exceed the true "
+                                      "eigenvectors' spread: no contrast to judge by")
+        return position_between(means["learned"], means["eigen"], means["perturbed"])
+
+    position = defined("gamma_position", contrast, undefined)
     closer = (torch.abs(t["gamma_learned"][:, head] - t["gamma_eigen"][:, head])
               < torch.abs(t["gamma_learned"][:, head] - t["gamma_perturbed"][:, head]))
     record = {"claim": "E", "level": "head", "model": model, "layer": layer, "head": head,
@@ -88,8 +104,9 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -
                       reason=f"{n_undet} of {n} samples have an undetermined eigen control "
                              "(mu_d is round-off, spec §2)")
         return record
-    v = verdicts.judge(GAMMA, {"gamma_position": position})
+    v = verdicts.judge(GAMMA, {"gamma_position": position}, undefined=undefined)
     record.update(verdict=v.verdict, evidence=verdicts.format_evidence(v))
+    record.update({"undefined": undefined, "reason": v.reason} if undefined else {})
     return record
 
 
@@ -110,7 +127,8 @@ def message(record: dict, what: str) -> str:
         return f"claim E (gamma) undetermined for {what}: {record['reason']}"
     return (f"claim E (gamma constancy) {record['verdict']} for {what}: relative spread of gamma "
             f"from the learned V {m['learned']:.4g} beside the true eigenvectors {m['eigen']:.4g} "
-            f"and P2's perturbed basis {m['perturbed']:.4g} (position {m['gamma_position']:.3g}: "
+            f"and P2's perturbed basis {m['perturbed']:.4g} (position "
+            f"{verdicts.format_number(m['gamma_position'])}: "
             f"0 = eigenvectors, 1 = perturbed)\n{record['evidence']}")
 
 

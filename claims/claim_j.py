@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from checks.errors import UndefinedValueError, defined
 from checks.projection import pooled_terms, spearman_rho, term_attribution
 
 from . import verdicts
+from .names import J_METRICS
 
 CLAIM, TREND = "claim_j", "claim_j_trend"
 
@@ -20,9 +22,11 @@ def pooled(layer_terms: list[dict[str, torch.Tensor]], heads: list[int]) -> dict
 
 
 def _record(level: str, model: str, layer, values: dict, **extra) -> dict:
-    metrics = {k: values[k] for k in ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share",
-                                      "log10_ratio")}
-    v = verdicts.judge(CLAIM, metrics)
+    metrics = {k: values[k] for k in J_METRICS}
+    undefined = {k: r for k, r in values.get("undefined", {}).items()}  # method §6.2
+    v = verdicts.judge(CLAIM, metrics, undefined=undefined)
+    extra.update({"undefined": undefined} if undefined else {})
+    extra.update({"reason": v.reason} if v.reason else {})
     return {"claim": "J", "level": level, "model": model, "layer": layer, "head": None,
             "verdict": v.verdict, "metrics": metrics,
             "p1_code": {"log_phi_sq_mean": values["p1_log_phi_sq_mean"],
@@ -34,7 +38,7 @@ def _record(level: str, model: str, layer, values: dict, **extra) -> dict:
 
 def layer_record(model: str, layer: int, terms: dict[str, torch.Tensor], heads: list[int]) -> dict:
     per_head = {name: [pooled([terms], [h])[name] for h in heads]
-                for name in ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share", "log10_ratio")}
+                for name in J_METRICS}
     return _record("layer", model, layer, pooled([terms], heads), per_head=per_head, heads=heads)
 
 
@@ -55,20 +59,34 @@ def trend_record(series: str, points: list[dict]) -> dict:
     phi = torch.tensor([p["phi_sq_mean"] for p in points], dtype=torch.float64)
     h = torch.tensor([p["h_sq_mean"] for p in points], dtype=torch.float64)
 
-    def rho(x):
-        return spearman_rho(x, steps) if len(points) >= 2 and float(x.std()) > 0 else 0.0
+    undefined: dict[str, str] = {}
+
+    def rho(name, x):  # a constant series or a single checkpoint has no rho (method §6.2)
+        def compute():
+            if len(points) < 2:
+                raise UndefinedValueError(f"Spearman's rho needs at least 2 checkpoints, got {len(points)}")
+            return spearman_rho(x, steps)
+        return defined(name, compute, undefined)
 
     att = term_attribution(phi, h)
-    trend = {"spearman_j": rho(j), "spearman_phi": rho(phi), "spearman_h": rho(h),
+    share = {name: float(att[name]) for name in ("share_phi", "share_h")}
+    if not bool(att["defined"]):  # ΔJ = 0: no change to attribute (method §6.2), not shares of 0
+        for name in share:
+            undefined[name] = "J_proj is the same at the first and the last checkpoint"
+        share = {name: None for name in share}
+    carried = (None if share["share_h"] is None else
+               "h" if abs(share["share_h"]) >= abs(share["share_phi"]) else "phi")
+    trend = {"spearman_j": rho("spearman_j", j), "spearman_phi": rho("spearman_phi", phi),
+             "spearman_h": rho("spearman_h", h),
              "delta_j": float(att["delta_j"]), "delta_phi": float(att["delta_phi"]),
-             "delta_h": float(att["delta_h"]), "share_phi": float(att["share_phi"]),
-             "share_h": float(att["share_h"]),
-             "carried_by": "h" if abs(float(att["share_h"])) >= abs(float(att["share_phi"])) else "phi"}
+             "delta_h": float(att["delta_h"]), **share, "carried_by": carried}
     metrics = {"min_j_proj": float(j.min()), "spearman_j": trend["spearman_j"]}
-    v = verdicts.judge(TREND, metrics)
+    v = verdicts.judge(TREND, metrics, undefined=undefined)
     ref = verdicts.load_thresholds()["claim_j_reference"]
+    notes = {"undefined": undefined} if undefined else {}
+    notes.update({"reason": v.reason} if v.reason else {})
     return {"claim": "J", "level": "series", "model": series, "layer": None, "head": None,
-            "verdict": v.verdict, "metrics": metrics, "series": points, "trend": trend,
+            "verdict": v.verdict, "metrics": metrics, "series": points, "trend": trend, **notes,
             "reference": ref, "evidence": verdicts.format_evidence(v, extra={
                 "share of dJ carried by ||h||^2": trend["share_h"],
                 "share of dJ carried by ||phi||^2": trend["share_phi"]})}
@@ -80,11 +98,14 @@ def message(record: dict, what: str) -> str:
         t = record["trend"]
         head = (f"claim J trend {record['verdict']} for {what}: J_proj from "
                 f"{record['series'][0]['j_proj']:.4g} to {record['series'][-1]['j_proj']:.4g} over "
-                f"{len(record['series'])} checkpoints; the change is carried by "
-                f"{'||h||^2' if t['carried_by'] == 'h' else '||phi(q)||^2'} "
-                f"(share {t['share_' + t['carried_by']]:.3g})")
+                f"{len(record['series'])} checkpoints; " + (
+                    "J_proj did not change" if t["carried_by"] is None else
+                    f"the change is carried by "
+                    f"{'||h||^2' if t['carried_by'] == 'h' else '||phi(q)||^2'} "
+                    f"(share {t['share_' + t['carried_by']]:.3g})"))
     else:
-        head = (f"claim J {record['verdict']} for {what}: mean||phi(q)||^2 = {m['phi_sq_mean']:.4g}, "
-                f"mean||h||^2 = {m['h_sq_mean']:.4g}, J_proj = {m['j_proj']:.4g}, "
-                f"log10 ratio = {m['log10_ratio']:.3f} (P2-logs: 2.35-3.63 after epoch 10)")
+        num = verdicts.format_number
+        head = (f"claim J {record['verdict']} for {what}: mean||phi(q)||^2 = {num(m['phi_sq_mean'])}, "
+                f"mean||h||^2 = {num(m['h_sq_mean'])}, J_proj = {num(m['j_proj'])}, "
+                f"log10 ratio = {num(m['log10_ratio'])} (P2-logs: 2.35-3.63 after epoch 10)")
     return f"{head}\n{record['evidence']}"

@@ -7,10 +7,10 @@ import torch
 from checks.stats import excess_over_null, masked_mean
 
 from . import verdicts
+from .names import V_MEASURED
 
 CLAIM = "claim_v"
-METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap", "direct_cosine",
-           "pearson", "relative_frobenius", "allclose")
+METRICS = V_MEASURED
 
 
 def _undetermined_max_share() -> float:

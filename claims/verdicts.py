@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from checks.errors import defined_values
+
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
 SUPPORTED, REFUTED, INCONCLUSIVE, UNDETERMINED = "supported", "refuted", "inconclusive", "undetermined"
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -27,8 +29,8 @@ class Rule:
     direction: str
     source: str
 
-    def holds(self, measured: float) -> bool:
-        if not math.isfinite(measured):
+    def holds(self, measured: float | None) -> bool:
+        if measured is None or not math.isfinite(measured):  # undefined never holds (method §6.2)
             return False
         return _OPS[self.direction](measured, self.value)
 
@@ -52,10 +54,23 @@ class Verdict:
         return self.verdict == SUPPORTED
 
 
-@lru_cache(maxsize=None)
 def load_thresholds(path: str | None = None) -> dict:
-    """The parsed thresholds file (validated: every rule has value, direction and source)."""
-    p = Path(path) if path else THRESHOLDS_FILE
+    """The parsed thresholds file (validated: every rule has value, direction and source).
+
+    ``path`` defaults to the module attribute :data:`THRESHOLDS_FILE`, looked up at each call, so
+    a test (or a caller) can point the whole suite at another copy of the file."""
+    return _parse_thresholds(str(path if path else THRESHOLDS_FILE))
+
+
+def allclose_tolerance(path: str | None = None) -> dict[str, float]:
+    """``{"atol": …, "rtol": …}`` of the allclose rate, from ``[claim_v.allclose]`` (method §2.1)."""
+    section = load_thresholds(path)["claim_v"]["allclose"]
+    return {"atol": float(section["atol"]), "rtol": float(section["rtol"])}
+
+
+@lru_cache(maxsize=None)
+def _parse_thresholds(path: str) -> dict:
+    p = Path(path)
     data = tomllib.loads(p.read_text(encoding="utf-8"))
     for claim, section in data.items():
         for kind in ("supported", "refuted"):
@@ -73,9 +88,16 @@ def rules(claim: str, kind: str, path: str | None = None) -> list[Rule]:
     return [Rule(m, float(r["value"]), r["direction"], r["source"]) for m, r in section.items()]
 
 
-def judge(claim: str, metrics: dict[str, float], path: str | None = None) -> Verdict:
+def judge(claim: str, metrics: dict[str, float | None], path: str | None = None,
+          undefined: dict[str, str] | None = None) -> Verdict:
     """Supported when every `supported` rule holds; refuted when every `refuted` rule holds (or
-    any of them, where the claim's section sets ``refuted_mode = "any"``); inconclusive otherwise."""
+    any of them, where the claim's section sets ``refuted_mode = "any"``); inconclusive otherwise.
+
+    Undefined values (method §6.2): a metric that is None or not finite never satisfies a rule; when
+    no verdict is reached and a rule's metric is undefined, the verdict is *undetermined*, with the
+    reason (from ``undefined``, metric → reason) in :attr:`Verdict.reason`."""
+    why = dict(undefined or {})
+    metrics = defined_values(dict(metrics), why)
     sup, ref = rules(claim, "supported", path), rules(claim, "refuted", path)
     for rule in sup + ref:
         if rule.metric not in metrics:
@@ -88,7 +110,11 @@ def judge(claim: str, metrics: dict[str, float], path: str | None = None) -> Ver
         verdict = REFUTED
     else:
         verdict = INCONCLUSIVE
-    return Verdict(claim, verdict, dict(metrics), sup, ref)
+    missing = sorted({r.metric for r in sup + ref if metrics[r.metric] is None})
+    if verdict == INCONCLUSIVE and missing:
+        reason = "; ".join(f"{m} has no value: {why.get(m, 'undefined')}" for m in missing)
+        return Verdict(claim, UNDETERMINED, metrics, sup, ref, reason=reason)
+    return Verdict(claim, verdict, metrics, sup, ref)
 
 
 def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
@@ -104,13 +130,20 @@ def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
     for metric, texts in by_metric.items():
         null = nulls.get(metric)
         null_txt = f"  (chance level {null:.4g})" if null is not None else ""
-        lines.append(f"  {metric:<26} {v.metrics[metric]:.4g}{null_txt}")
+        lines.append(f"  {metric:<26} {format_number(v.metrics[metric])}{null_txt}")
         lines.extend(f"      {t}" for t in texts)
     for name, value in (extra or {}).items():
         null = nulls.get(name)
         null_txt = f"  (chance level {null:.4g})" if null is not None else ""
-        lines.append(f"  {name:<26} {value:.4g}{null_txt}")
+        lines.append(f"  {name:<26} {format_number(value)}{null_txt}")
+    if v.reason:
+        lines.append(f"  undetermined: {v.reason}")
     return "\n".join(lines)
+
+
+def format_number(x: float | None) -> str:
+    """A metric for a message: 4 significant digits, or "undefined" (method §6.2)."""
+    return "undefined" if x is None or not math.isfinite(x) else f"{x:.4g}"
 
 
 def assert_supported(record: dict, message: str) -> None:

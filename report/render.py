@@ -22,9 +22,11 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from claims.names import J_METRICS, V_METRICS
+from claims.names import RESULTS_SCHEMA as SCHEMA
+
 from . import svg
 
-SCHEMA = "kpca-claims/results/1"
 CLAIMS = ("V", "J", "E")
 VERDICTS = ("supported", "refuted", "inconclusive", "undetermined")
 LEVELS = ("head", "layer", "model", "series")
@@ -33,10 +35,6 @@ E_ROUTES = ("log_raw", "log_standardized", "naive_float32")
 E_STATS = ("max", "min", "mean", "median")
 E_CONTROLS = (("learned", "learned V"), ("eigen", "eigenvectors (control)"),
               ("perturbed", "perturbed basis (control)"))
-V_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap",
-             "subspace_overlap_excess", "direct_cosine", "pearson", "relative_frobenius",
-             "allclose")
-J_METRICS = ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share", "log10_ratio")
 # P2-logs (spec §3): log10(mean‖h‖² / mean‖φ‖²) after epoch 10, DeiT-Tiny and ViT-Tiny trained from
 # scratch. Used only when a claim-J record carries no `reference` of its own.
 P2_LOGS_LOG10_RATIO = (2.35, 3.63)

@@ -11,6 +11,9 @@ import torch
 from bench.reference import METRIC_NAMES, StageClock, reference_claim_v, reference_head
 from checks.gram import KeyGram
 from checks.value_vectors import random_orthonormal, value_vector_metrics_batched
+from claims.verdicts import allclose_tolerance
+
+TOL = allclose_tolerance()  # [claim_v.allclose] of claims/thresholds.toml
 
 F64 = torch.float64
 NAMES = tuple(METRIC_NAMES) + tuple(f"{n}_null" for n in METRIC_NAMES)
@@ -37,7 +40,7 @@ def close(a: float, b: float, rtol: float, floor: float = 1e-3) -> bool:
 def test_reference_equals_batched_path(n, d, key_scale, standardize, convention):
     k, v, a0 = heads(3, n, d, seed=n + d, key_scale=key_scale)
     ours = value_vector_metrics_batched(k, v, null_axes=a0, standardize=standardize,
-                                        convention=convention)
+                                        convention=convention, **TOL)
     clock = StageClock()
     refs = reference_claim_v(zip(k, v, a0), standardize_keys=standardize, convention=convention,
                              clock=clock)

@@ -20,6 +20,9 @@ from checks.value_vectors import (
     value_vector_metrics,
     value_vector_metrics_batched,
 )
+from claims.verdicts import allclose_tolerance
+
+TOL = allclose_tolerance()  # [claim_v.allclose] of claims/thresholds.toml
 
 F64 = torch.float64
 SCALE_INVARIANT = ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka", "pearson",
@@ -89,7 +92,7 @@ def test_log_space_gram_matches_naive_and_survives_overflow():
 def test_v_equal_to_v_hat_scores_perfectly():
     k = randn(2, 3, 20, 5, seed=4)
     v_hat = KeyGram(k).kpca_values()
-    r = value_vector_metrics_batched(k, v_hat.clone())
+    r = value_vector_metrics_batched(k, v_hat.clone(), **TOL)
     for name in ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka", "pearson",
                  "subspace_overlap", "allclose"):
         assert torch.allclose(r[name], torch.ones(2, 3, dtype=F64), atol=1e-10), name
@@ -102,7 +105,7 @@ def test_v_equal_to_v_hat_scores_perfectly():
 
 def test_null_with_the_true_axes_equals_the_metrics():
     k, v = randn(2, 15, 4, seed=5), randn(2, 15, 4, seed=6)
-    r = value_vector_metrics_batched(k, v, null_axes=KeyGram(k).axes())
+    r = value_vector_metrics_batched(k, v, null_axes=KeyGram(k).axes(), **TOL)
     for name in METRIC_NAMES:
         assert torch.equal(r[name], r[f"{name}_null"]), name
 
@@ -115,16 +118,16 @@ def test_kpca_convention_rescales_columns_by_inverse_root_eigenvalue():
 
 def test_identical_keys_and_few_tokens_are_undetermined():
     same = randn(1, 6, seed=8).expand(10, 6).clone()  # K_φ constant, K̃ = 0
-    r = value_vector_metrics_batched(same, randn(10, 6, seed=9))
+    r = value_vector_metrics_batched(same, randn(10, 6, seed=9), **TOL)
     assert bool(r["undetermined"])
     for n, d in ((4, 6), (6, 6)):  # N ≤ d: at most N − 1 non-zero eigenvalues
         k, v = randn(n, d, seed=10), randn(n, d, seed=11)
-        r = value_vector_metrics_batched(k, v)
+        r = value_vector_metrics_batched(k, v, **TOL)
         assert bool(r["undetermined"]), (n, d)
         assert all(bool(torch.isfinite(r[m])) for m in METRIC_NAMES)
         assert all(bool(torch.isfinite(r[f"{m}_null"])) for m in METRIC_NAMES)
-    assert float(value_vector_metrics_batched(randn(4, 6, seed=10), randn(4, 6, seed=11))["mu_d"]) == 0.0
-    assert not bool(value_vector_metrics_batched(randn(30, 6, seed=12), randn(30, 6, seed=13))[
+    assert float(value_vector_metrics_batched(randn(4, 6, seed=10), randn(4, 6, seed=11), **TOL)["mu_d"]) == 0.0
+    assert not bool(value_vector_metrics_batched(randn(30, 6, seed=12), randn(30, 6, seed=13), **TOL)[
         "undetermined"])
 
 
@@ -132,7 +135,7 @@ def test_independent_random_values_sit_at_the_null():
     n, d, heads = 197, 64, 8  # spec §2: optimal cosine ≈ 0.32, overlap ≈ d/N ≈ 0.32 at chance
     k = randn(heads, n, d, seed=14, scale=0.3)  # moderate scores: eigenvectors spread over tokens
     v = randn(heads, n, d, seed=15)
-    r = value_vector_metrics_batched(k, v, null_seed=16)
+    r = value_vector_metrics_batched(k, v, null_seed=16, **TOL)
     assert not bool(r["undetermined"].any())
     mean = {name: float(r[name].to(F64).mean()) for name in r if name != "undetermined"}
     assert 0.30 < mean["optimal_cosine"] < 0.34 and 0.30 < mean["optimal_cosine_null"] < 0.34
@@ -248,10 +251,10 @@ def test_direct_optimal_cosine_and_pearson_hand_cases():
 
 def test_allclose_and_relative_frobenius():
     y = randn(2, 5, 3, seed=28)
-    assert bool(sim.allclose(y + 0.9e-3 * y.abs(), y).all())
+    assert bool(sim.allclose(y + 0.9e-3 * y.abs(), y, **TOL).all())
     bumped = y.clone()
     bumped[1, 2, 1] += 1e-5 + 2e-3 * abs(float(y[1, 2, 1]))
-    assert sim.allclose(bumped, y).tolist() == [True, False]
+    assert sim.allclose(bumped, y, **TOL).tolist() == [True, False]
     x = randn(2, 5, 3, seed=29)
     ref = (x - y).flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1)
     assert torch.allclose(sim.relative_frobenius(x, y), ref, rtol=1e-14, atol=0)
@@ -284,7 +287,7 @@ def test_zero_rows_and_zero_matrices_give_numbers_not_nan():
     zero = torch.zeros_like(y)
     for name in METRIC_NAMES:
         for a, b in ((zero, y), (y, zero), (zero, zero), (x, y)):
-            out = getattr(sim, name)(a, b)
+            out = getattr(sim, name)(a, b, **(TOL if name == "allclose" else {}))
             assert not bool(torch.isnan(out.to(F64)).any()), name
     for name in ("linear_cka", "kernel_cka", "subspace_overlap", "direct_cosine", "pearson",
                  "optimal_cosine"):
@@ -337,13 +340,13 @@ def test_repeated_and_permuted_batches_give_the_same_signs_and_metrics():
     a0 = random_orthonormal(14, 4, seed=52, batch_shape=(5,))
     g1, g2 = KeyGram(k), KeyGram(k)
     assert torch.equal(g1.eigenvectors, g2.eigenvectors)
-    r1 = value_vector_metrics_batched(k, v, null_axes=a0)
-    r2 = value_vector_metrics_batched(k, v, null_axes=a0)
+    r1 = value_vector_metrics_batched(k, v, null_axes=a0, **TOL)
+    r2 = value_vector_metrics_batched(k, v, null_axes=a0, **TOL)
     assert all(torch.equal(r1[name], r2[name]) for name in r1)
     perm = torch.tensor([3, 0, 4, 1, 2])
     gp = KeyGram(k[perm])
     assert torch.allclose(gp.axes(), g1.axes()[perm], rtol=0, atol=1e-12)
-    rp = value_vector_metrics_batched(k[perm], v[perm], null_axes=a0[perm])
+    rp = value_vector_metrics_batched(k[perm], v[perm], null_axes=a0[perm], **TOL)
     for name in r1:
         assert torch.allclose(rp[name].to(F64), r1[name][perm].to(F64), rtol=0, atol=1e-12), name
 
@@ -351,16 +354,16 @@ def test_repeated_and_permuted_batches_give_the_same_signs_and_metrics():
 def test_batched_equals_per_item_and_single_head_entry_point():
     k, v = randn(2, 3, 12, 4, seed=60), randn(2, 3, 12, 4, seed=61)
     a0 = random_orthonormal(12, 4, seed=62, batch_shape=(2, 3))
-    r = value_vector_metrics_batched(k, v, null_axes=a0)
+    r = value_vector_metrics_batched(k, v, null_axes=a0, **TOL)
     for i, j in itertools.product(range(2), range(3)):
-        one = value_vector_metrics_batched(k[i, j], v[i, j], null_axes=a0[i, j])
+        one = value_vector_metrics_batched(k[i, j], v[i, j], null_axes=a0[i, j], **TOL)
         for name in r:
             assert torch.allclose(one[name].to(F64), r[name][i, j].to(F64), rtol=0, atol=1e-12), name
     q = randn(12, 4, seed=63)
-    single = value_vector_metrics(q, k[0, 0], v[0, 0], seed=7)
+    single = value_vector_metrics(q, k[0, 0], v[0, 0], seed=7, **TOL)
     assert set(single) == {*METRIC_NAMES, *(f"{m}_null" for m in METRIC_NAMES)}
     assert all(type(val) is float for val in single.values())
-    ref = value_vector_metrics_batched(k[0, 0], v[0, 0], null_seed=7)
+    ref = value_vector_metrics_batched(k[0, 0], v[0, 0], null_seed=7, **TOL)
     assert all(single[name] == float(ref[name]) for name in single)
     assert single["allclose"] in (0.0, 1.0)
 
@@ -368,17 +371,17 @@ def test_batched_equals_per_item_and_single_head_entry_point():
 def test_shape_errors_name_the_argument():
     k, v = randn(10, 4, seed=70), randn(10, 4, seed=71)
     with pytest.raises(ValueError, match="head dimension"):
-        value_vector_metrics(randn(10, 5, seed=72), k, v)
+        value_vector_metrics(randn(10, 5, seed=72), k, v, **TOL)
     with pytest.raises(ValueError, match="v must have the shape of k"):
-        value_vector_metrics(k, k, v[:9])
+        value_vector_metrics(k, k, v[:9], **TOL)
     with pytest.raises(ValueError, match="2-D"):
-        value_vector_metrics(k, k[None], v[None])
+        value_vector_metrics(k, k[None], v[None], **TOL)
     with pytest.raises(ValueError, match="same shape"):
-        value_vector_metrics_batched(k, v[:, :3])
+        value_vector_metrics_batched(k, v[:, :3], **TOL)
     with pytest.raises(ValueError, match="null_axes"):
-        value_vector_metrics_batched(k, v, null_axes=torch.zeros(10, 3, dtype=F64))
+        value_vector_metrics_batched(k, v, null_axes=torch.zeros(10, 3, dtype=F64), **TOL)
     with pytest.raises(ValueError, match="convention"):
-        value_vector_metrics_batched(k, v, convention="unit")
+        value_vector_metrics_batched(k, v, convention="unit", **TOL)
     with pytest.raises(ValueError, match="same shape"):
         sim.linear_cka(k, v[:5])
 
@@ -392,11 +395,11 @@ def test_metric_suite_equals_each_metric_function_per_target():
     y1 = torch.randn(3, 2, 40, 8, generator=gen(9), dtype=F64)
     y1[..., 5:] = y1[..., :3] @ torch.randn(3, 3, generator=gen(10), dtype=F64)  # rank 5 of 8
     ys = torch.stack([y0, y1])
-    metrics, cos = sim.metric_suite(x, ys)
+    metrics, cos = sim.metric_suite(x, ys, **TOL)
     assert set(metrics) == set(sim.SUITE_NAMES)
     for t in range(2):
         for name in sim.SUITE_NAMES:
-            expected = getattr(sim, name)(x, ys[t])
+            expected = getattr(sim, name)(x, ys[t], **(TOL if name == "allclose" else {}))
             got = metrics[name][t]
             if name == "allclose":
                 assert torch.equal(got, expected)
@@ -410,7 +413,7 @@ def test_metric_suite_equals_each_metric_function_per_target():
 def test_metric_suite_rejects_unstacked_targets():
     x = torch.randn(4, 40, 8, dtype=F64)
     with pytest.raises(ValueError, match=r"\[T, \.\.\., N, d\]"):
-        sim.metric_suite(x, x)
+        sim.metric_suite(x, x, **TOL)
 
 
 def test_tall_rank_deficient_basis_matches_the_svd_rule():
@@ -436,8 +439,8 @@ def test_tall_rank_deficient_basis_matches_the_svd_rule():
 def test_deferred_matching_gives_the_same_metrics():
     k = torch.randn(2, 3, 30, 8, generator=gen(14), dtype=F64)
     v = torch.randn(2, 3, 30, 8, generator=gen(15), dtype=F64)
-    now = value_vector_metrics_batched(k, v, null_seed=3)
-    later = value_vector_metrics_batched(k, v, null_seed=3, defer_matching=True)
+    now = value_vector_metrics_batched(k, v, null_seed=3, **TOL)
+    later = value_vector_metrics_batched(k, v, null_seed=3, defer_matching=True, **TOL)
     assert "optimal_cosine" not in later and later["cosine_matrices"].shape == (2, 2, 3, 30, 30)
     optimal = sim.matched_cosine(later.pop("cosine_matrices"))
     later["optimal_cosine"], later["optimal_cosine_null"] = optimal[0], optimal[1]
@@ -489,13 +492,13 @@ def test_long_heads_take_the_top_k_solver_and_give_the_same_metrics(monkeypatch)
 
     k = torch.randn(2, 150, 16, generator=gen(19), dtype=F64) * 0.6
     v = torch.randn(2, 150, 16, generator=gen(20), dtype=F64)
-    full = value_vector_metrics_batched(k, v, null_seed=5)
+    full = value_vector_metrics_batched(k, v, null_seed=5, **TOL)
     calls = []
     original = topk.subspace_iteration
     monkeypatch.setattr(topk, "subspace_iteration",
                         lambda *a, **kw: calls.append(a[0].shape) or original(*a, **kw))
     monkeypatch.setattr(topk, "AUTO_CROSSOVER_N", 64)
-    iterative = value_vector_metrics_batched(k, v, null_seed=5)
+    iterative = value_vector_metrics_batched(k, v, null_seed=5, **TOL)
     assert calls == [(2, 150, 150)]
     for name, value in full.items():
         if value.dtype == torch.bool:

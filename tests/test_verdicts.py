@@ -30,7 +30,7 @@ def test_bad_thresholds_file_is_rejected(tmp_path):
     ((0.95, 0.95, 0.95, 0.4), "inconclusive"),  # overlap too close to its null
     ((0.32, 0.11, 0.32, 0.0), "refuted"),       # P2's bounds, inclusive
     ((0.33, 0.05, 0.10, 0.0), "inconclusive"),
-    ((0.10, 0.05, float("nan"), 0.0), "inconclusive"),  # NaN never satisfies a rule
+    ((0.10, 0.05, float("nan"), 0.0), "undetermined"),  # no value: undetermined (method §6.2)
 ])
 def test_judge_boundaries(values, expected):
     names = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap_excess")
