@@ -825,8 +825,11 @@ def gate_context(results: dict) -> dict | None:
     gate = results.get("gate")
     if not isinstance(gate, dict):
         return None
+    path = gate.get("baseline") or ""
+    name = Path(path).name if path else ""  # the report names files, never absolute paths
     if "error" in gate:
-        return {"error": gate["error"], "summary": gate["error"], "pairs": [], "rows": [],
+        error = gate["error"].replace(path, name) if path else gate["error"]
+        return {"error": error, "summary": error, "pairs": [], "rows": [],
                 "mode": gate.get("mode", ""), "compared": 0}
 
     def row(c: dict, kind: str) -> dict:
@@ -839,8 +842,9 @@ def gate_context(results: dict) -> dict | None:
     rows = [row(c, "regression") for c in gate.get("regressions", [])]
     rows += [row(c, "requirement not met") for c in gate.get("require", [])]
     rows += [row(c, "improvement") for c in gate.get("improvements", [])]
-    return {"error": None, "summary": gate.get("summary", ""), "mode": gate.get("mode", ""),
-            "baseline": gate.get("baseline", ""), "pairs": gate.get("pairs", []),
+    summary = gate.get("summary", "").replace(path, name) if path else gate.get("summary", "")
+    return {"error": None, "summary": summary, "mode": gate.get("mode", ""),
+            "baseline": name, "pairs": gate.get("pairs", []),
             "compared": gate.get("compared", 0), "require": gate.get("require_text"),
             "rows": rows}
 

@@ -3,7 +3,7 @@ same-checkpoint mode, the policy gate --require, and real `pytest claims/` runs 
 
 import copy
 import json
-import shutil
+import math
 import subprocess
 import sys
 import tomllib
@@ -256,12 +256,16 @@ def test_report_lists_what_changed(results):
     base = baseline.make_baseline(results)
     cand = _candidate(results)
     _first(cand, "V", "head", "checkpoint-run-0042")["metrics"]["optimal_cosine"] -= 0.3
-    gate = _gate(cand, base).to_json()
-    gate["summary"] = "1 regressions against baseline b.json (candidate)"
+    gate = _gate(cand, base, path="/ci/b.json").to_json()
+    gate["summary"] = f"1 regressions against baseline {gate['baseline']} (candidate)"
     html = render_report({**cand, "gate": gate})
-    assert 'id="gate"' in html and "1 regressions against baseline" in html
+    assert 'id="gate"' in html and "1 regressions against baseline b.json" in html
+    assert "/ci/" not in html
     assert "optimal_cosine" in html and "regression" in html and "0.02" in html
     assert 'id="gate"' not in render_report(results)
+    error = render_report({**cand, "gate": {"error": "baseline /ci/b.json: the option seed differs",
+                                            "baseline": "/ci/b.json"}})
+    assert "baseline b.json: the option seed differs" in error and "/ci/" not in error
 
 
 # ----------------------------------------------------------------- real runs on a tiny ViT
@@ -295,13 +299,22 @@ def gate_env(tmp_path_factory):
     g = torch.Generator().manual_seed(1)
     _save({k: v + 1e-4 * torch.randn(v.shape, generator=g) if "qkv.weight" in k else v
            for k, v in state.items()}, b)
+    # C: layer 0's value projection ×3, so ||h||^2 ×9 and claim J's log10 ratio rises by 0.95
+    c = tmp / "new" / "run-0099.safetensors"
+    dim = state["blocks.0.attn.qkv.weight"].shape[1]
+    scaled = dict(state)
+    for name in ("blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias"):
+        t = scaled[name].clone()
+        t[2 * dim:] *= 3.0
+        scaled[name] = t
+    _save(scaled, c)
     base = tmp / "baseline.json"
     run = subprocess.run([sys.executable, "-m", "pytest", *_args(a, tmp, "--baseline", str(base),
                                                                 "--update-baseline", "--out",
                                                                 str(tmp / "a"))],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and base.exists(), run.stdout[-2000:] + run.stderr[-2000:]
-    return {"tmp": tmp, "a": a, "b": b, "base": base}
+    return {"tmp": tmp, "a": a, "b": b, "c": c, "base": base}
 
 
 def _run(pytester, env, ckpt, *extra, **kw):
@@ -355,6 +368,21 @@ def test_candidate_that_lost_a_property_fails_naming_head_and_metric(pytester, g
 
 
 @pytest.mark.slow
+def test_candidate_with_scaled_values_fails_on_claim_j_ratio(pytester, gate_env):
+    res = _run(pytester, gate_env, gate_env["c"], "--baseline", str(gate_env["base"]),
+               "--out", str(gate_env["tmp"] / "c2"))
+    text = res.stdout.str()
+    assert res.ret == 6, text[-3000:]
+    for rec in ("layer L00", "model"):
+        line = next(x for x in text.splitlines()
+                    if x.startswith(f"REGRESSION claim J checkpoint-run-0099 {rec}: log10_ratio"))
+        delta = float(line.split("(change ")[1].split(",")[0])
+        assert delta == pytest.approx(2 * math.log10(3), abs=1e-6)
+    moved = {x.split(": ")[1].split()[0] for x in text.splitlines() if x.startswith("REGRESSION")}
+    assert moved <= {"log10_ratio", "relative_frobenius"}  # cosine, CKA, gamma: scale-free, held
+
+
+@pytest.mark.slow
 def test_candidate_that_improved_passes_and_lists_it(pytester, gate_env):
     def accepted_was_worse(data):
         rec = next(r for r in data["records"] if r["claim"] == "V" and r["level"] == "model")
@@ -391,6 +419,10 @@ def test_another_arch_and_bad_options_stop_before_any_model_runs(pytester, gate_
     seed = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
                 "--seed", "3")
     assert seed.ret == 4 and "the option seed differs" in seed.stderr.str()
+    pick = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+                "--baseline-model", "checkpoint-nope")
+    assert pick.ret == 4 and "--baseline-model checkpoint-nope: the baseline has no such model" \
+        in pick.stderr.str()
     bad = _run(pytester, gate_env, gate_env["b"], "--require", "V>=great")
     assert bad.ret == 4 and "'great' is not a verdict" in bad.stderr.str()
     refused = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
