@@ -67,6 +67,8 @@ class Change:
     def __str__(self) -> str:
         if self.what == "verdict":
             return f"{self.record}: verdict {self.old} -> {self.new}"
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (self.old, self.new)):
+            return f"{self.record}: {self.what} {self.old} -> {self.new}{self.note}"
         delta = self.new - self.old
         tol = "" if self.tolerance is None else f", tolerance {self.tolerance:.3g}"
         return (f"{self.record}: {self.what} {self.old:.6g} -> {self.new:.6g} "

@@ -114,6 +114,16 @@ def test_metric_tolerance_of_a_new_checkpoint_is_one_sided(results):
     assert out.regressions == [] and [c.what for c in out.improvements] == ["optimal_cosine"]
 
 
+def test_a_judged_metric_that_becomes_undefined_is_named(results):
+    base = baseline.make_baseline(results)
+    rec = _first(results, "J", "layer")
+    was = rec["metrics"]["bessel_share"]
+    rec["metrics"]["bessel_share"] = "nan"
+    out = _gate(results, base)
+    assert [str(c).split(": ", 1)[1] for c in out.regressions] == [
+        f"bessel_share {was} -> nan, not a finite number on one side"]
+
+
 def test_a_metric_regression_needs_to_leave_both_cis_when_both_runs_have_them(results):
     tol = load_thresholds()["baseline_candidate"]["metrics"]["J.log10_ratio"]["abs"]
     rec = _first(results, "J", "model")
