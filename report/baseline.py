@@ -231,7 +231,8 @@ def match_models(candidates: dict, baseline_models: dict, chosen: dict | None = 
                 baseline_models[key].get("arch") == ident.get("arch"):
             pick = key
         if pick is None:
-            same = sorted(k for k, m in baseline_models.items() if m.get("arch") == ident.get("arch"))
+            same = sorted(k for k, m in baseline_models.items()
+                          if m.get("arch") == ident.get("arch"))
             if not same:
                 raise BaselineMismatch(
                     f"the baseline holds no model of architecture {ident.get('arch')} for {key} "
@@ -417,7 +418,8 @@ _REQUIRE_OPS = (">=", "=")
 
 
 def parse_require(text: str) -> list[tuple[str, str, str]]:
-    """``'V>=inconclusive,J=supported'`` → ``[("V", ">=", "inconclusive"), ("J", "=", "supported")]``.
+    """``'V>=inconclusive,J=supported'`` →
+    ``[("V", ">=", "inconclusive"), ("J", "=", "supported")]``.
 
     Each clause is CLAIM OP VERDICT: CLAIM one of V, J, E; OP ``>=`` (at least, in the order
     refuted < inconclusive = undetermined < supported) or ``=`` (exactly); VERDICT one of

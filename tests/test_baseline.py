@@ -109,7 +109,7 @@ def test_metric_tolerance_of_a_new_checkpoint_is_one_sided(results):
     text = str(out.regressions[0])
     assert text.startswith(f"claim V {VIT} head L{rec['layer']:02d} H{rec['head']}: optimal_cosine")
     assert f"tolerance {tol:.3g}" in text and "regression when decrease" in text
-    rec["metrics"]["optimal_cosine"] = old + 2 * tol                # better: listed, never a failure
+    rec["metrics"]["optimal_cosine"] = old + 2 * tol                # better: listed, not failed
     out = _gate(results, base)
     assert out.regressions == [] and [c.what for c in out.improvements] == ["optimal_cosine"]
 
@@ -138,7 +138,7 @@ def test_a_metric_regression_needs_to_leave_both_cis_when_both_runs_have_them(re
                        if r["claim"] == "J" and r["level"] == "model" and r["model"] == VIT else r
                        for r in base["records"]]
     assert [c.what for c in _gate(results, base).regressions] == ["log10_ratio"]
-    del rec["ci"]                                                   # one side without: tolerance alone
+    del rec["ci"]                                   # one side without a CI: the tolerance alone
     assert [c.what for c in _gate(results, base).regressions] == ["log10_ratio"]
 
 
@@ -231,8 +231,10 @@ def test_require_parses_and_judges_model_level_verdicts(results):
     assert rules == [("V", ">=", "inconclusive"), ("J", "=", "supported")]
     levels = {(r["model"], r["claim"]): r["verdict"] for r in results["records"]
               if r["level"] == "model"}
-    expected = {f"claim J {m} model" for (m, c), v in levels.items() if c == "J" and v != "supported"}
-    expected |= {f"claim V {m} model" for (m, c), v in levels.items() if c == "V" and v == "refuted"}
+    expected = {f"claim J {m} model" for (m, c), v in levels.items()
+                if c == "J" and v != "supported"}
+    expected |= {f"claim V {m} model" for (m, c), v in levels.items()
+                 if c == "V" and v == "refuted"}
     assert expected and {c.record for c in baseline.check_require(results, rules)} == expected
     assert baseline.check_require(results, baseline.parse_require("V>=refuted,J>=refuted")) == []
     with pytest.raises(baseline.BaselineMismatch, match="no model-level verdict of claim E"):
@@ -387,7 +389,7 @@ def test_candidate_with_scaled_values_fails_on_claim_j_ratio(pytester, gate_env)
         line = next(x for x in text.splitlines()
                     if x.startswith(f"REGRESSION claim J checkpoint-run-0099 {rec}: log10_ratio"))
         delta = float(line.split("(change ")[1].split(",")[0])
-        assert delta == pytest.approx(2 * math.log10(3), abs=1e-6)
+        assert delta == pytest.approx(2 * math.log10(3), abs=1e-3)  # printed to 3 digits
     moved = {x.split(": ")[1].split()[0] for x in text.splitlines() if x.startswith("REGRESSION")}
     assert moved <= {"log10_ratio", "relative_frobenius"}  # cosine, CKA, gamma: scale-free, held
 
