@@ -1,17 +1,23 @@
-"""The CI gate: baseline pass, verdict change, tolerance breach, wrong checkpoint, and a real
---update-baseline / --baseline cycle through `pytest claims/`."""
+"""The CI gate (method §10): a candidate checkpoint against the accepted one (default), the strict
+same-checkpoint mode, the policy gate --require, and real `pytest claims/` runs on a tiny ViT."""
 
 import copy
 import json
+import math
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from claims.verdicts import load_thresholds
 from report import baseline
+from report.render import render_report
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "tests" / "data" / "results_example.json"
+VIT = "control-vit_tiny_patch16_224"
 pytest_plugins = ["pytester"]
 
 
@@ -20,85 +26,428 @@ def results():
     return json.loads(EXAMPLE.read_text())
 
 
-def _first(results, claim, level):
-    return next(r for r in results["records"] if r["claim"] == claim and r["level"] == level)
+def _first(results, claim, level, model=VIT):
+    return next(r for r in results["records"]
+                if r["claim"] == claim and r["level"] == level and r["model"] == model)
 
 
-def test_same_results_pass(results):
-    assert baseline.compare(results, baseline.make_baseline(results),
-                            load_thresholds()["baseline"]) == []
+def _candidate(results, new_key="checkpoint-run-0042", old_key=VIT):
+    """The same run as if made from another checkpoint file of the same architecture."""
+    out = copy.deepcopy(results)
+    model = out["models"].pop(old_key)
+    out["models"][new_key] = {**model, "key": new_key, "checkpoint_hash": "sha256:" + "1" * 64}
+    for rec in out["records"]:
+        if rec["model"] == old_key:
+            rec["model"] = new_key
+    return out
 
 
-def test_round_off_is_tolerated_and_support_ward_moves_are_not_regressions(results):
+def _gate(results, base, mode="candidate", **kw):
+    table = "baseline" if mode == "same-checkpoint" else "baseline_candidate"
+    return baseline.compare(results, base, load_thresholds()[table], mode=mode, **kw)
+
+
+# ------------------------------------------------------------------- candidate vs accepted
+def test_same_results_pass_in_both_modes(results):
+    base = baseline.make_baseline(results)
+    for mode in baseline.GATE_MODES:
+        out = _gate(results, base, mode)
+        assert out.regressions == [] and out.improvements == [] and out.compared == 28
+
+
+def test_a_new_checkpoint_under_another_file_name_is_compared(results):
+    base = baseline.make_baseline(results)
+    cand = _candidate(results)
+    out = _gate(cand, base)
+    pair = next(p for p in out.pairs if p["candidate"] == "checkpoint-run-0042")
+    assert pair["baseline"] == VIT
+    assert pair["candidate_hash"] != pair["baseline_hash"]        # recorded, not required to match
+    assert out.regressions == [] and out.compared == 28
+    lines = baseline.summary_lines(out.to_json())
+    assert any("checkpoint-run-0042 (111111111111) vs baseline" in line
+               and "new checkpoint" in line for line in lines)
+
+
+def test_a_worse_verdict_is_a_regression_and_a_better_one_an_improvement(results):
+    base = baseline.make_baseline(results)
+    cand = _candidate(results)
+    head = next(r for r in cand["records"] if r["claim"] == "V" and r["level"] == "head"
+                and r["model"] == "checkpoint-run-0042" and r["verdict"] != "refuted")
+    was = head["verdict"]
+    head["verdict"] = "refuted"
+    model = _first(cand, "J", "model", "checkpoint-run-0042")
+    assert model["verdict"] == "inconclusive"
+    model["verdict"] = "supported"
+    out = _gate(cand, base)
+    assert [str(c) for c in out.regressions] == [
+        f"claim V checkpoint-run-0042 head L{head['layer']:02d} H{head['head']}: "
+        f"verdict {was} -> refuted"]
+    assert [str(c) for c in out.improvements] == [
+        "claim J checkpoint-run-0042 model: verdict inconclusive -> supported"]
+
+
+def test_inconclusive_and_undetermined_are_of_one_rank(results):
+    base = baseline.make_baseline(results)
+    rec = next(r for r in results["records"] if r["verdict"] == "inconclusive")
+    rec["verdict"] = "undetermined"
+    out = _gate(results, base)
+    assert out.regressions == [] and out.improvements == []
+    with_strict = _gate(results, base, "same-checkpoint")
+    assert len(with_strict.regressions) == 1                      # the strict gate: any change
+
+
+def test_metric_tolerance_of_a_new_checkpoint_is_one_sided(results):
+    tol = load_thresholds()["baseline_candidate"]["metrics"]["V.optimal_cosine"]["abs"]
     base = baseline.make_baseline(results)
     rec = _first(results, "V", "head")
-    rec["metrics"]["optimal_cosine"] += 1e-9                # round-off
-    rec["metrics"]["linear_cka"] += 0.05                    # toward support: one-sided rule
-    assert baseline.compare(results, base, load_thresholds()["baseline"]) == []
+    old = rec["metrics"]["optimal_cosine"]
+    rec["metrics"]["optimal_cosine"] = old - tol / 2                # retraining noise: tolerated
+    assert _gate(results, base).regressions == []
+    rec["metrics"]["optimal_cosine"] = old - 2 * tol                # a lost property
+    out = _gate(results, base)
+    assert len(out.regressions) == 1
+    text = str(out.regressions[0])
+    assert text.startswith(f"claim V {VIT} head L{rec['layer']:02d} H{rec['head']}: optimal_cosine")
+    assert f"tolerance {tol:.3g}" in text and "regression when decrease" in text
+    rec["metrics"]["optimal_cosine"] = old + 2 * tol                # better: listed, not failed
+    out = _gate(results, base)
+    assert out.regressions == [] and [c.what for c in out.improvements] == ["optimal_cosine"]
 
 
-def test_verdict_change_is_a_regression(results):
+def test_a_judged_metric_that_becomes_undefined_is_named(results):
+    base = baseline.make_baseline(results)
+    rec = _first(results, "J", "layer")
+    was = rec["metrics"]["bessel_share"]
+    rec["metrics"]["bessel_share"] = "nan"
+    out = _gate(results, base)
+    assert [str(c).split(": ", 1)[1] for c in out.regressions] == [
+        f"bessel_share {was} -> nan, not a finite number on one side"]
+
+
+def test_a_metric_regression_needs_to_leave_both_cis_when_both_runs_have_them(results):
+    tol = load_thresholds()["baseline_candidate"]["metrics"]["J.log10_ratio"]["abs"]
+    rec = _first(results, "J", "model")
+    old = rec["metrics"]["log10_ratio"]
+    rec["ci"] = {"log10_ratio": [old - 0.5, old + 0.5]}
+    base = baseline.make_baseline(results)
+    rec["metrics"]["log10_ratio"] = old + 3 * tol
+    rec["ci"] = {"log10_ratio": [old - 0.4, old + 0.6]}             # overlapping uncertainty
+    assert _gate(results, base).regressions == []
+    rec["ci"] = {"log10_ratio": [old + 2 * tol, old + 4 * tol]}       # both values outside both CIs
+    base["records"] = [{**r, "ci": {"log10_ratio": [old - tol, old + tol]}}
+                       if r["claim"] == "J" and r["level"] == "model" and r["model"] == VIT else r
+                       for r in base["records"]]
+    assert [c.what for c in _gate(results, base).regressions] == ["log10_ratio"]
+    del rec["ci"]                                   # one side without a CI: the tolerance alone
+    assert [c.what for c in _gate(results, base).regressions] == ["log10_ratio"]
+
+
+# ----------------------------------------------------------------------- not comparable: 4
+def test_another_architecture_is_refused_naming_it(results):
+    base = baseline.make_baseline(results)
+    cand = _candidate(results)
+    cand["models"]["checkpoint-run-0042"]["arch"] = "deit_tiny_patch16_224"
+    with pytest.raises(baseline.BaselineMismatch, match="no model of architecture deit_tiny"):
+        _gate(cand, base)
+    cand = _candidate(results)
+    cand["models"]["checkpoint-run-0042"]["n_heads"] = 6
+    with pytest.raises(baseline.BaselineMismatch, match="architecture differs: n_heads"):
+        _gate(cand, base)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda r: r["options"].update(seed=1), "the option seed differs"),
+    (lambda r: r["thresholds"]["claim_v"]["supported"]["optimal_cosine"].update(value=0.8),
+     "thresholds differ: claim_v.supported.optimal_cosine.value"),
+    (lambda r: r["models"][VIT]["input_set"].update(hash="sha256:other"),
+     "input set differs: input set hash"),
+    (lambda r: r.update(records=[x for x in r["records"] if x["claim"] != "E"]),
+     "claim set differs"),
+    (lambda r: r.update(records=[x for x in r["records"] if x.get("head") != 1]),
+     "selection differs"),
+])
+def test_runs_that_differ_in_more_than_the_checkpoint_are_refused(results, edit, match):
+    base = baseline.make_baseline(results)
+    edit(results)
+    with pytest.raises(baseline.BaselineMismatch, match=match):
+        _gate(results, base)
+
+
+def test_threshold_sources_may_change_without_refusal(results):
+    base = baseline.make_baseline(results)
+    results["thresholds"]["claim_v"]["supported"]["optimal_cosine"]["source"] = "reworded"
+    assert _gate(results, base).regressions == []
+
+
+def test_several_models_of_one_architecture_need_baseline_model(results):
+    twin = _candidate(results, new_key="checkpoint-run-0031")
+    twin["models"][VIT] = results["models"][VIT]
+    twin["records"] += [r for r in results["records"] if r["model"] == VIT]
+    base = baseline.make_baseline(twin)
+    cand = _candidate(results)
+    with pytest.raises(baseline.BaselineMismatch, match="several models.*--baseline-model"):
+        _gate(cand, base)
+    out = _gate(cand, base, chosen=baseline.parse_baseline_model("checkpoint-run-0031"))
+    assert {p["candidate"]: p["baseline"] for p in out.pairs}["checkpoint-run-0042"] == \
+        "checkpoint-run-0031"
+    pairs = baseline.parse_baseline_model("checkpoint-run-0042=" + VIT)
+    assert {p["candidate"]: p["baseline"] for p in _gate(cand, base, chosen=pairs).pairs}[
+        "checkpoint-run-0042"] == VIT
+    with pytest.raises(baseline.BaselineMismatch, match="--baseline-model nope: .*no such model"):
+        _gate(cand, base, chosen=baseline.parse_baseline_model("nope"))
+
+
+# --------------------------------------------------------------------- same-checkpoint mode
+def test_same_checkpoint_mode_requires_the_hash(results):
+    base = baseline.make_baseline(results)
+    with pytest.raises(baseline.BaselineMismatch, match="same-checkpoint: the checkpoint hash"):
+        _gate(_candidate(results, new_key=VIT), base, "same-checkpoint")
+
+
+def test_same_checkpoint_mode_tolerates_round_off_only(results):
     base = baseline.make_baseline(results)
     rec = _first(results, "V", "head")
-    old = rec["verdict"]
-    rec["verdict"] = "supported" if old != "supported" else "refuted"
-    out = baseline.compare(results, base, load_thresholds()["baseline"])
-    assert len(out) == 1 and f"verdict changed from {old}" in str(out[0])
+    rec["metrics"]["optimal_cosine"] += 1e-9                        # round-off
+    rec["metrics"]["linear_cka"] += 0.05                            # toward support: one-sided
+    assert _gate(results, base, "same-checkpoint").regressions == []
+    rec["metrics"]["optimal_cosine"] -= 0.01                        # fine for a new checkpoint,
+    assert _gate(results, base).regressions == []                   # not for the same one
+    out = _gate(results, base, "same-checkpoint")
+    assert len(out.regressions) == 1 and "optimal_cosine" in str(out.regressions[0])
 
 
-def test_tolerance_breach_names_metric_and_tolerance(results):
-    base = baseline.make_baseline(results)
-    _first(results, "V", "head")["metrics"]["optimal_cosine"] -= 0.01
-    out = baseline.compare(results, base, load_thresholds()["baseline"])
-    assert len(out) == 1
-    assert "optimal_cosine moved" in str(out[0]) and "tolerance" in str(out[0])
-
-
-def test_baseline_of_another_checkpoint_is_a_clear_error(results):
-    base = baseline.make_baseline(results)
-    other = copy.deepcopy(results)
-    key = next(iter(other["models"]))
-    other["models"][key]["checkpoint_hash"] = "0" * 64
-    with pytest.raises(baseline.BaselineMismatch, match=f"different checkpoint hash of {key}"):
-        baseline.compare(other, base, load_thresholds()["baseline"])
-
-
-def test_missing_baseline_file_is_a_clear_error(tmp_path):
+def test_missing_or_old_baseline_file_is_a_clear_error(tmp_path):
     with pytest.raises(baseline.BaselineMismatch, match="does not exist.*--update-baseline"):
         baseline.load_baseline(tmp_path / "nope.json")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema": "kpca-claims/baseline/1"}))
+    with pytest.raises(baseline.BaselineMismatch, match="regenerate it with --update-baseline"):
+        baseline.load_baseline(old)
+
+
+# ----------------------------------------------------------------------------- policy gate
+def test_require_parses_and_judges_model_level_verdicts(results):
+    rules = baseline.parse_require("V>=inconclusive, J=supported")
+    assert rules == [("V", ">=", "inconclusive"), ("J", "=", "supported")]
+    levels = {(r["model"], r["claim"]): r["verdict"] for r in results["records"]
+              if r["level"] == "model"}
+    expected = {f"claim J {m} model" for (m, c), v in levels.items()
+                if c == "J" and v != "supported"}
+    expected |= {f"claim V {m} model" for (m, c), v in levels.items()
+                 if c == "V" and v == "refuted"}
+    assert expected and {c.record for c in baseline.check_require(results, rules)} == expected
+    assert baseline.check_require(results, baseline.parse_require("V>=refuted,J>=refuted")) == []
+    with pytest.raises(baseline.BaselineMismatch, match="no model-level verdict of claim E"):
+        baseline.check_require({**results, "records": [r for r in results["records"]
+                                                       if r["claim"] != "E"]},
+                               baseline.parse_require("E=supported"))
+
+
+@pytest.mark.parametrize("text, match", [
+    ("V>=great", "'great' is not a verdict"), ("X=supported", "'X' is not a claim"),
+    ("V supported", "no >= or ="), (",", "names no claim")])
+def test_require_bad_syntax_is_one_sentence(text, match):
+    with pytest.raises(baseline.RequireError, match=match):
+        baseline.parse_require(text)
+
+
+# ----------------------------------------------------------------------- tolerances, report
+def test_candidate_tolerances_have_sources_and_exceed_round_off():
+    data = tomllib.loads((ROOT / "claims" / "thresholds.toml").read_text())
+    strict, loose = data["baseline"], data["baseline_candidate"]
+    assert "ours" in loose["source"] and "CI" in loose["source"]
+    assert set(loose["metrics"]) == set(strict["metrics"])
+    for metric, rule in loose["metrics"].items():
+        assert rule["source"].startswith("ours") and rule["regression"] in ("increase", "decrease")
+        assert rule["regression"] == strict["metrics"][metric]["regression"]
+        assert rule.get("abs", loose["abs"]) + rule.get("rel", loose["rel"]) > \
+            50 * (strict["abs"] + strict["rel"])
+
+
+def test_report_lists_what_changed(results):
+    base = baseline.make_baseline(results)
+    cand = _candidate(results)
+    _first(cand, "V", "head", "checkpoint-run-0042")["metrics"]["optimal_cosine"] -= 0.3
+    gate = _gate(cand, base, path="/ci/b.json").to_json()
+    gate["summary"] = f"1 regressions against baseline {gate['baseline']} (candidate)"
+    html = render_report({**cand, "gate": gate})
+    assert 'id="gate"' in html and "1 regressions against baseline b.json" in html
+    assert "/ci/" not in html
+    assert "optimal_cosine" in html and "regression" in html and "0.02" in html
+    assert 'id="gate"' not in render_report(results)
+    error = render_report({**cand, "gate": {"error": "baseline /ci/b.json: the option seed differs",
+                                            "baseline": "/ci/b.json"}})
+    assert "baseline b.json: the option seed differs" in error and "/ci/" not in error
+
+
+# ----------------------------------------------------------------- real runs on a tiny ViT
+def _save(state, path):
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+
+
+def _args(ckpt, tmp, *extra, arch="vit_tiny_patch16_224"):
+    return [str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+            "--checkpoint", str(ckpt), "--arch", arch, "--layers", "0", "--heads", "0,1",
+            "--n-samples", "4", "--cache-dir", str(tmp / "cache"), *extra]
+
+
+@pytest.fixture(scope="module")
+def gate_env(tmp_path_factory):
+    """Accepted checkpoint A (old/run-0031), its baseline, and candidate B = A + 1e-4 noise on
+    the qkv weights (new/run-0042): the usual case of a checkpoint that changes between runs."""
+    import torch
+
+    import fixtures  # noqa: F401  (torchvision shim before timm)
+    import timm
+
+    tmp = tmp_path_factory.mktemp("gate")
+    torch.manual_seed(0)
+    state = timm.create_model("vit_tiny_patch16_224").state_dict()
+    a, b = tmp / "old" / "run-0031.safetensors", tmp / "new" / "run-0042.safetensors"
+    _save(state, a)
+    g = torch.Generator().manual_seed(1)
+    _save({k: v + 1e-4 * torch.randn(v.shape, generator=g) if "qkv.weight" in k else v
+           for k, v in state.items()}, b)
+    # C: layer 0's value projection ×3, so ||h||^2 ×9 and claim J's log10 ratio rises by 0.95
+    c = tmp / "new" / "run-0099.safetensors"
+    dim = state["blocks.0.attn.qkv.weight"].shape[1]
+    scaled = dict(state)
+    for name in ("blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias"):
+        t = scaled[name].clone()
+        t[2 * dim:] *= 3.0
+        scaled[name] = t
+    _save(scaled, c)
+    base = tmp / "baseline.json"
+    run = subprocess.run([sys.executable, "-m", "pytest", *_args(a, tmp, "--baseline", str(base),
+                                                                "--update-baseline", "--out",
+                                                                str(tmp / "a"))],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and base.exists(), run.stdout[-2000:] + run.stderr[-2000:]
+    return {"tmp": tmp, "a": a, "b": b, "c": c, "base": base}
+
+
+def _run(pytester, env, ckpt, *extra, **kw):
+    return pytester.runpytest_subprocess(*_args(ckpt, env["tmp"], *extra, **kw), timeout=600)
+
+
+def _edited_baseline(env, name, edit):
+    data = json.loads(env["base"].read_text())
+    edit(data)
+    path = env["tmp"] / name
+    path.write_text(json.dumps(data))
+    return path
 
 
 @pytest.mark.slow
-def test_update_then_gate_through_pytest(pytester, tmp_path):
-    import torch
-    from safetensors.torch import save_file
+def test_candidate_with_small_noise_and_another_file_name_passes(pytester, gate_env):
+    out = gate_env["tmp"] / "b"
+    res = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+               "--out", str(out), "--junitxml", str(out / "junit.xml"))
+    text = res.stdout.str()
+    assert res.ret == 0, text[-3000:]
+    assert "no regression against baseline" in text
+    assert "gate: checkpoint-run-0042 (" in text and "vs baseline checkpoint-run-0031 (" in text
+    assert "new checkpoint" in text
+    assert text.index("gate: no regression") < text.index("results: ")  # the table before the paths
+    data = json.loads((out / "results.json").read_text())
+    assert data["exit_status"] == 0 and data["gate"]["compared"] == 8
+    assert data["gate"]["pairs"][0]["baseline_hash"] != data["gate"]["pairs"][0]["candidate_hash"]
+    assert 'id="gate"' in (out / "report.html").read_text()
+    assert 'name="kpca_gate" value="no regression against baseline' in \
+        (out / "junit.xml").read_text()
 
-    import fixtures  # noqa: F401
-    import timm
 
-    torch.manual_seed(0)
-    ckpt = tmp_path / "gate.safetensors"
-    save_file({k: v.contiguous() for k, v in
-               timm.create_model("vit_tiny_patch16_224").state_dict().items()}, str(ckpt))
-    base = tmp_path / "baseline.json"
-    common = [str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
-              "--checkpoint", str(ckpt), "--arch", "vit_tiny_patch16_224", "--layers", "0",
-              "--heads", "0", "--n-samples", "2", "-k", "value_vectors",
-              "--cache-dir", str(tmp_path / "cache"), "--baseline", str(base)]
-    first = pytester.runpytest_subprocess(*common, "--update-baseline", "--out",
-                                          str(tmp_path / "a"), timeout=300)
-    assert first.ret == 0 and base.exists(), first.stdout.str()[-2000:]
-    gate = pytester.runpytest_subprocess(*common, "--out", str(tmp_path / "b"), timeout=300)
-    assert gate.ret == 0, gate.stdout.str()[-2000:]
-    assert "no regression against baseline" in gate.stdout.str()
-    # Tamper with one stored metric: the same run now regresses, and says where.
-    data = json.loads(base.read_text())
-    key = next(k for k in data["records"] if "H0" in k)
-    data["records"][key]["metrics"]["optimal_cosine"] += 0.2
-    base.write_text(json.dumps(data))
-    bad = pytester.runpytest_subprocess(*common, "--out", str(tmp_path / "c"), timeout=300)
-    assert bad.ret == 6
-    assert "REGRESSION" in bad.stdout.str() and "optimal_cosine moved" in bad.stdout.str()
-    # --update-baseline refuses to run under xdist.
-    refused = pytester.runpytest_subprocess(*common, "--update-baseline", "-n", "2", timeout=300)
+@pytest.mark.slow
+def test_candidate_that_lost_a_property_fails_naming_head_and_metric(pytester, gate_env):
+    def accepted_was_better(data):  # A, as accepted, had head L00 H1 supported with a high cosine
+        rec = next(r for r in data["records"]
+                   if r["claim"] == "V" and r["level"] == "head" and r["head"] == 1)
+        rec["verdict"] = "supported"
+        rec["metrics"]["optimal_cosine"] += 0.3
+
+    base = _edited_baseline(gate_env, "better.json", accepted_was_better)
+    res = _run(pytester, gate_env, gate_env["b"], "--baseline", str(base),
+               "--out", str(gate_env["tmp"] / "c"))
+    text = res.stdout.str()
+    assert res.ret == 6, text[-3000:]
+    assert "REGRESSION claim V checkpoint-run-0042 head L00 H1: verdict supported -> inconclusive" \
+        in text
+    assert "REGRESSION claim V checkpoint-run-0042 head L00 H1: optimal_cosine" in text
+    assert "gate: 2 regressions against baseline" in text
+
+
+@pytest.mark.slow
+def test_candidate_with_scaled_values_fails_on_claim_j_ratio(pytester, gate_env):
+    res = _run(pytester, gate_env, gate_env["c"], "--baseline", str(gate_env["base"]),
+               "--out", str(gate_env["tmp"] / "c2"))
+    text = res.stdout.str()
+    assert res.ret == 6, text[-3000:]
+    for rec in ("layer L00", "model"):
+        line = next(x for x in text.splitlines()
+                    if x.startswith(f"REGRESSION claim J checkpoint-run-0099 {rec}: log10_ratio"))
+        delta = float(line.split("(change ")[1].split(",")[0])
+        assert delta == pytest.approx(2 * math.log10(3), abs=1e-3)  # printed to 3 digits
+    moved = {x.split(": ")[1].split()[0] for x in text.splitlines() if x.startswith("REGRESSION")}
+    assert moved <= {"log10_ratio", "relative_frobenius"}  # cosine, CKA, gamma: scale-free, held
+
+
+@pytest.mark.slow
+def test_candidate_that_improved_passes_and_lists_it(pytester, gate_env):
+    def accepted_was_worse(data):
+        rec = next(r for r in data["records"] if r["claim"] == "V" and r["level"] == "model")
+        rec["verdict"] = "refuted"
+        rec["metrics"]["linear_cka"] -= 0.1
+
+    base = _edited_baseline(gate_env, "worse.json", accepted_was_worse)
+    res = _run(pytester, gate_env, gate_env["b"], "--baseline", str(base),
+               "--out", str(gate_env["tmp"] / "d"))
+    text = res.stdout.str()
+    assert res.ret == 0, text[-3000:]
+    assert "improvement claim V checkpoint-run-0042 model: verdict refuted -> inconclusive" in text
+    assert "improvement claim V checkpoint-run-0042 model: linear_cka" in text
+    assert "gate: no regression against baseline" in text and "2 improvements" in text
+
+
+@pytest.mark.slow
+def test_same_checkpoint_mode_passes_on_a_and_refuses_b(pytester, gate_env):
+    same = _run(pytester, gate_env, gate_env["a"], "--baseline", str(gate_env["base"]),
+                "--gate", "same-checkpoint", "--out", str(gate_env["tmp"] / "e"))
+    assert same.ret == 0, same.stdout.str()[-3000:]
+    assert "same checkpoint" in same.stdout.str()
+    other = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+                 "--gate", "same-checkpoint", "--out", str(gate_env["tmp"] / "f"))
+    assert other.ret == 4 and "same-checkpoint: the checkpoint hash" in other.stdout.str()
+
+
+@pytest.mark.slow
+def test_another_arch_and_bad_options_stop_before_any_model_runs(pytester, gate_env):
+    arch = _run(pytester, gate_env, gate_env["a"], "--baseline", str(gate_env["base"]),
+                arch="deit_tiny_patch16_224")
+    assert arch.ret == 4
+    assert "holds no model of architecture deit_tiny_patch16_224" in arch.stderr.str()
+    seed = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+                "--seed", "3")
+    assert seed.ret == 4 and "the option seed differs" in seed.stderr.str()
+    pick = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+                "--baseline-model", "checkpoint-nope")
+    assert pick.ret == 4 and "--baseline-model checkpoint-nope: the baseline has no such model" \
+        in pick.stderr.str()
+    bad = _run(pytester, gate_env, gate_env["b"], "--require", "V>=great")
+    assert bad.ret == 4 and "'great' is not a verdict" in bad.stderr.str()
+    refused = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+                   "--update-baseline", "-n", "2")
     assert refused.ret == 4 and "serially" in refused.stderr.str()
+
+
+@pytest.mark.slow
+def test_require_fails_when_a_model_verdict_is_below_its_floor(pytester, gate_env):
+    res = _run(pytester, gate_env, gate_env["b"], "--require", "V>=inconclusive,J=supported",
+               "--out", str(gate_env["tmp"] / "g"))
+    text = res.stdout.str()
+    assert res.ret == 6, text[-3000:]
+    assert "REGRESSION claim J checkpoint-run-0042 model: verdict required =supported -> refuted" \
+        in text
+    assert "REGRESSION claim V" not in text                         # V is inconclusive: enough
