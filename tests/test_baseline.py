@@ -97,7 +97,8 @@ def test_inconclusive_and_undetermined_are_of_one_rank(results):
 
 
 def test_metric_tolerance_of_a_new_checkpoint_is_one_sided(results):
-    tol = load_thresholds()["baseline_candidate"]["metrics"]["V.optimal_cosine"]["abs"]
+    table = load_thresholds()["baseline_candidate"]
+    tol = table["metrics"]["V.optimal_cosine"].get("abs", table["abs"])  # the table's default
     base = baseline.make_baseline(results)
     rec = _first(results, "V", "head")
     old = rec["metrics"]["optimal_cosine"]

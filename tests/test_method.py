@@ -175,6 +175,19 @@ def _edited_copy(tmp_path: Path, path: tuple[str, ...], value) -> Path:
     """A copy of the thresholds file with the number at ``path`` replaced by ``value``."""
     header, key = "[" + ".".join(path[:-1]) + "]", path[-1]
     lines = verdicts.THRESHOLDS_FILE.read_text("utf-8").splitlines()
+    if header not in lines:  # a number inside an inline table: [a.b] "name" = { key = value, … }
+        table, inline = "[" + ".".join(path[:-2]) + "]", f'"{path[-2]}" = {{'
+        start = lines.index(table)
+        for i in range(start + 1, len(lines)):
+            if lines[i].startswith(inline):
+                lines[i], n = re.subn(rf"\b{re.escape(key)} = [^,}}]+", f"{key} = {json.dumps(value)}",
+                                      lines[i], count=1)
+                assert n == 1, f"{'.'.join(path)} not found in its inline table"
+                out = tmp_path / "thresholds.toml"
+                out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                assert tomllib.loads(out.read_text("utf-8"))
+                return out
+        raise AssertionError(f"{'.'.join(path)} not found in the thresholds file")
     start = lines.index(header)
     for i in range(start + 1, len(lines)):
         if lines[i].startswith("["):
@@ -329,14 +342,42 @@ def _baseline_probe(path, tmp_path, monkeypatch):
     def regressions():
         return baseline.compare(moved, old, verdicts.load_thresholds()["baseline"])
 
-    assert regressions()
+    assert regressions().regressions
     monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 1e-2))
-    assert not regressions()
+    assert not regressions().regressions
+
+
+def _candidate_probe(path, tmp_path, monkeypatch):
+    """A metric moved just beyond its candidate-mode tolerance regresses; a looser number lets it."""
+    from report import baseline
+
+    metric = path[2] if path[1] == "metrics" else "V.optimal_cosine"  # the latter uses the defaults
+    claim, name = metric.split(".", 1)
+
+    def regressions(delta):
+        tolerances = verdicts.load_thresholds()["baseline_candidate"]
+        direction = tolerances["metrics"][metric]["regression"]
+        old = {"claim": claim, "verdict": "refuted", "metrics": {name: 0.5}}
+        moved = 0.5 + (delta if direction == "increase" else -delta)
+        new = {"claim": claim, "verdict": "refuted", "metrics": {name: moved}}
+        result = baseline.GateResult(mode="candidate", baseline="")
+        baseline._compare_pair(new, old, "k", "candidate", tolerances, result)
+        return result.regressions
+
+    rule = verdicts.load_thresholds()["baseline_candidate"]
+    tol = {**{k: rule[k] for k in ("abs", "rel")},
+           **{k: v for k, v in rule["metrics"][metric].items() if k in ("abs", "rel")}}
+    delta = tol["abs"] + tol["rel"] * 0.5 + 1e-3
+    assert regressions(delta)
+    monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 1.0))
+    assert not regressions(delta)
 
 
 def _probe_for(path):
     if path[0] == "baseline":
         return _baseline_probe
+    if path[0] == "baseline_candidate":
+        return _candidate_probe
     if path[:2] == ("claim_v", "allclose"):
         return _allclose_probe
     if path[1:] == ("undetermined", "max_share"):
