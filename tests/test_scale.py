@@ -380,3 +380,16 @@ def test_slurm_script_is_valid_bash_and_runs_one_shard_per_array_task(tmp_path):
     assert call[1].startswith("sbatch --dependency=afterany:123 ") and call[1].endswith(" merge")
     done, _ = calls("shard")  # not inside an array job: one clear sentence
     assert done.returncode != 0 and "sbatch --array" in done.stderr
+
+
+def test_bench_run_device_is_checked_like_the_suites(capsys):
+    from bench.run import main
+
+    for value, words in (("tpu", "is not a device"), ("cuda:x", "is not a device")):
+        with pytest.raises(SystemExit) as exc:
+            main(["--device", value, "--quick"])
+        assert exc.value.code == 4 and words in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit) as exc:
+            main(["--device", "cuda", "--quick"])
+        assert exc.value.code == 4 and "no CUDA device" in capsys.readouterr().err
