@@ -393,3 +393,17 @@ def test_bench_run_device_is_checked_like_the_suites(capsys):
         with pytest.raises(SystemExit) as exc:
             main(["--device", "cuda", "--quick"])
         assert exc.value.code == 4 and "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, words", [
+    ((str(ROOT / "claims"), "--models", "control-vit_tiny_patch16_224,control-bert-minilm-shape",
+      "--baseline", "b.json", "--update-baseline"), "without --shard"),
+    ((str(ROOT / "tests" / "test_cache.py"),), "use it with `pytest claims/`"),
+])
+def test_shard_outside_a_whole_claim_run_is_refused(pytester, tmp_path, args, words):
+    result = pytester.runpytest_subprocess(
+        *args, "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "--shard", "1/2",
+        "--out", str(tmp_path / "out"), "--collect-only", timeout=300)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [x for x in result.stderr.str().splitlines() if x.startswith("ERROR:")]
+    assert len(lines) == 1 and words in lines[0], result.stderr.str()
