@@ -313,7 +313,8 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     timers = Timers()
     memory: dict[str, dict] = {}
     options = RunOptions(images=cfg.images, n_samples=cfg.n_samples, seed=0,
-                         max_memory=args.max_memory, cache_dir=str(workdir / f"cache-{cfg.name}"))
+                         max_memory=args.max_memory, cache_dir=str(workdir / f"cache-{cfg.name}"),
+                         device=getattr(args, "device", "cpu"))
     run = ModelRun(cfg.spec, options, Cache(options.cache_dir))
     kept: dict[str, Any] = {}
 
@@ -364,7 +365,8 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
                 for j in range(k.shape[1]):
                     if (b, state["layer"], first + j) in subset:
                         recorded[(b, state["layer"], first + j)] = (
-                            k[i, j].clone(), v[i, j].clone(), kw["null_axes"][i, j].clone())
+                            k[i, j].cpu().clone(), v[i, j].cpu().clone(),
+                            kw["null_axes"][i, j].cpu().clone())  # the reference runs on the CPU
             return out
         return timers.wrap("vvmb", call)
 
@@ -691,7 +693,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure full eigh vs checks.topk subspace iteration for N 256..4096, m 64")
     p.add_argument("--skip-reference", action="store_true",
                    help="time and measure our path only (memory runs)")
+    p.add_argument("--device", default="cpu",
+                   help="where our path's math runs: cpu (default), cuda, cuda:N or mps, as "
+                        "`pytest claims/ --device` (the reference stays on the CPU)")
     args = p.parse_args(argv)
+    from fixtures.device import resolve_device
+
+    try:
+        args.device = resolve_device(args.device)
+    except ValueError as exc:
+        p.exit(4, f"{p.prog}: error: {exc}\n")
     if args.out is None:
         args.out = "bench/topk_crossover.json" if args.topk_crossover else "bench/results.json"
     if args.quick:

@@ -1,5 +1,9 @@
 """``python -m report RESULTS [-o OUT.html]``: re-render the report from an existing results.json.
 
+``python -m report merge A/results.json B/results.json … -o OUT/``: join the results of the
+shards of one run (``--shard K/N``) into OUT/results.json and OUT/report.html (report/merge.py);
+exit 4 with one sentence, nothing written, when the inputs are not shards of one run.
+
 Prints the written path. Exit status 2, with one sentence on stderr, when the results file is
 missing or malformed (nothing is written then).
 """
@@ -13,7 +17,37 @@ from pathlib import Path
 from .render import write_report
 
 
+def merge_main(argv: list[str]) -> int:
+    from .merge import MergeError, merge_files
+
+    parser = argparse.ArgumentParser(
+        prog="python -m report merge",
+        description="Merge the results.json files of the shards of one run (pytest claims/ "
+                    "--shard K/N) into one results.json and report.html.")
+    parser.add_argument("results", type=Path, nargs="+", help="the results.json of each shard")
+    parser.add_argument("-o", "--out", type=Path, required=True,
+                        help="the folder to write results.json and report.html into")
+    args = parser.parse_args(argv)
+    command = " ".join(["python -m report merge", *argv])
+    try:
+        results, report, merged = merge_files(args.results, args.out, command)
+    except MergeError as exc:
+        parser.exit(4, f"{parser.prog}: error: {exc}\n")
+    except OSError as exc:
+        parser.exit(4, f"{parser.prog}: error: cannot write into {args.out} ({exc.strerror or exc})\n")
+    missing = merged["provenance"]["missing_models"]
+    print(results)
+    print(report)
+    if missing:
+        print(f"partial merge: no results for {len(missing)} model(s) of the declared run: "
+              f"{', '.join(missing)}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["merge"]:
+        return merge_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m report",
         description="Render the kpca-claims HTML reproducibility report from a results.json.")
