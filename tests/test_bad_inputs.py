@@ -419,7 +419,7 @@ def test_naive_route_overflow_is_reported_by_claim_e(pytester, tmp_path, files):
     head and sample, and claim E says so (route, layer, count, stage); the log-space routes give
     finite statistics; no NaN reaches results.json."""
     result = claims(pytester, tmp_path, *checkpoint_args(files, "offset_keys.safetensors"),
-                    *TINY_RUN, "-k", "eigenvalue_statistics")
+                    *TINY_RUN, "-k", "eigenvalue_statistics", "-v")  # -v: the full evidence
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # refuted, with the reason on screen
     assert "naive route went non-finite at L00: 2 of 2 heads×samples (exp)" in result.stdout.str()
     results = json.loads((tmp_path / "out" / "results.json").read_text())
