@@ -20,8 +20,8 @@ from report.render import display_path, scrub_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
-SMALL = ("--models", "control-vit_tiny_patch16_224", "--n-samples", "4", "--layers", "0",
-         "--heads", "0,1")
+MODEL = ("--models", "control-vit_tiny_patch16_224", "--n-samples", "4", "--heads", "0,1")
+SMALL = (*MODEL, "--layers", "0")
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +221,25 @@ def test_report_paths_are_relative_inside_the_checkout_and_hashed_outside(tmp_pa
     scrubbed = scrub_paths(text)
     assert scrubbed == ("text file fixtures/data/sentences.txt; --out run -n 2; "
                         "https://arxiv.org/abs/2406.13762; /255")
+
+
+@pytest.mark.slow
+def test_workers_print_rate_and_eta_and_the_run_still_ends_with_the_table(pytester, tmp_path):
+    """-n 2: each worker's progress lines (model, stage, rate, ETA) reach the terminal, no
+    per-test letter breaks them, and the table and paths are still the last lines."""
+    out = tmp_path / "out"
+    result = pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        *MODEL, "--layers", "0,1", "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+        "-n", "2", timeout=600)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-3000:]
+    text = result.stdout.str() + result.stderr.str()
+    assert re.search(r"^\[gw[01]\] control-vit_tiny_patch16_224 claim V 1/2 layers, [\d.]+ "
+                     r"s/layer, ~(<1|\d+) (s|min) left$", text, re.M), text[-3000:]
+    assert re.search(r"^\[gw[01]\] control-vit_tiny_patch16_224 claim V 2/2 layers, .* done in",
+                     text, re.M)
+    assert not re.search(r"[RI.]\[gw", text)  # no letter glued to a progress line
+    results = json.loads((out / "results.json").read_text())
+    lines = [line for line in result.stdout.lines if line.strip()]
+    table = closing(results, out)
+    assert lines[-len(table):] == table
