@@ -181,12 +181,15 @@ def test_verdict_table_counts_units_and_shows_the_model_verdict():
     records += [_record(level="model", layer=None, head=None, verdict="refuted"),
                 {"claim": "J", "level": "series", "model": "run", "layer": None, "head": None,
                  "verdict": "supported"}]
-    title, header, j_row, v_row = plugin.verdict_table(records)
+    records.append({"claim": "J", "level": "model", "model": "run", "layer": None, "head": None,
+                    "verdict": "refuted"})
+    title, header, j_row, j_trend, v_row = plugin.verdict_table(records)
     assert title == "kpca-claims verdicts" and header.split() == ["claim", "model", "heads/layers",
                                                                   "model", "verdict"]
     assert v_row.split() == ["V", "all-MiniLM-L6-v2", "3", "heads:", "2", "refuted,", "1",
                              "inconclusive", "refuted"]
-    assert j_row.split() == ["J", "run", "-", "supported", "(series)"]
+    assert j_row.split() == ["J", "run", "-", "refuted"]
+    assert j_trend.split() == ["J", "run", "(trend)", "-", "supported"]
     assert plugin.verdict_table([]) == []
 
 
@@ -234,12 +237,37 @@ def test_workers_print_rate_and_eta_and_the_run_still_ends_with_the_table(pytest
         "-n", "2", timeout=600)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-3000:]
     text = result.stdout.str() + result.stderr.str()
-    assert re.search(r"^\[gw[01]\] control-vit_tiny_patch16_224 claim V 1/2 layers, [\d.]+ "
-                     r"s/layer, ~(<1|\d+) (s|min) left$", text, re.M), text[-3000:]
-    assert re.search(r"^\[gw[01]\] control-vit_tiny_patch16_224 claim V 2/2 layers, .* done in",
-                     text, re.M)
+    # (a stage this short prints only its closing line; the ETA lines: the unit tests above)
+    assert re.search(r"^\[gw[01]\] control-vit_tiny_patch16_224 claim V 2/2 layers, [\d.]+ "
+                     r"s/layer, done in (<1|\d+) (s|min)$", text, re.M), text[-3000:]
     assert not re.search(r"[RI.]\[gw", text)  # no letter glued to a progress line
     results = json.loads((out / "results.json").read_text())
     lines = [line for line in result.stdout.lines if line.strip()]
     table = closing(results, out)
     assert lines[-len(table):] == table
+
+
+def test_a_series_checkpoint_prints_one_line_per_stage(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    lines: list[str] = []
+    set_progress_writer(lines.append)
+    try:
+        stage = session.StageProgress("tiny step 450 claim J", 3, "layer", only_last=True)
+        for _ in range(3):
+            stage.step(0.5)
+    finally:
+        set_progress_writer(None)
+    assert lines == ["[kpca] tiny step 450 claim J 3/3 layers, 0.5 s/layer, done in 2 s"]
+
+
+def test_a_short_stage_prints_only_its_closing_line(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    lines: list[str] = []
+    set_progress_writer(lines.append)
+    try:
+        stage = session.StageProgress("m claim J", 6, "layer")
+        for _ in range(6):
+            stage.step(0.2)
+    finally:
+        set_progress_writer(None)
+    assert lines == ["[kpca] m claim J 6/6 layers, 0.2 s/layer, done in 1 s"]
