@@ -307,6 +307,76 @@ def test_max_tokens_below_three_is_a_usage_error(pytester, tmp_path):
     assert line == "ERROR: --max-tokens must be at least 3 (two special tokens and a word)"
 
 
+# ------------------------------------------------- 1. selections and resource options (issue 16)
+CONTROL = ("--models", "control-vit_tiny_patch16_224", "--n-samples", "2")
+# (id, args, the exact ERROR line)
+SELECTION_CASES = [
+    ("reversed-layers", [*CONTROL, "--layers", "3-1"],
+     "ERROR: --layers '3-1': the range 3-1 is reversed and selects no layer; write it as 1-3"),
+    ("reversed-heads", [*CONTROL, "--heads", "2-0"],
+     "ERROR: --heads '2-0': the range 2-0 is reversed and selects no head; write it as 0-2"),
+    ("empty-layer-list", [*CONTROL, "--layers", ","],
+     "ERROR: --layers ',' selects no layer: give numbers and ranges like '0,3,5-7', or leave "
+     "--layers out for all"),
+    ("empty-for-one-model", ["--models", "control-vit_tiny_patch16_224,tiny-vit-digits-softmax",
+                             "--n-samples", "2", "--layers", "4-5"],
+     "ERROR: --layers '4-5': tiny-vit-digits-softmax has layers 0..3, not 4, 5 (it would select "
+     "no layer of it); select layers it has, or run that model separately"),
+    ("empty-model-list", ["--models", ",", "--n-samples", "2"],
+     "ERROR: empty model selection; known models: vit_tiny_patch16_224, "),
+    ("max-memory-0", [*CONTROL, "--max-memory", "0"],
+     "ERROR: --max-memory 0 is below what one head of control-vit_tiny_patch16_224 needs "
+     "(4.8 MiB for its 198 tokens): give at least 5M"),
+    ("max-memory-below-one-head", [*CONTROL, "--max-memory", "1M"],
+     "ERROR: --max-memory 1M is below what one head of control-vit_tiny_patch16_224 needs "
+     "(4.8 MiB for its 198 tokens): give at least 5M"),
+    ("max-memory-not-a-size", [*CONTROL, "--max-memory", "lots"],
+     "ERROR: --max-memory 'lots' is not a size like 2G or 512M; give a positive size such as 2G"),
+    ("threads-0", [*CONTROL, "--threads", "0"],
+     "ERROR: --threads 0 is below 1: give at least 1 thread, or leave --threads out for the "
+     "automatic choice (1 per xdist worker, all cores serially)"),
+    ("batch-size-0", [*CONTROL, "--batch-size", "0"],
+     "ERROR: --batch-size 0 is below 1: give at least 1 sample per forward pass (default 16)"),
+    ("n-samples-0", [*CONTROL, "--n-samples", "0"],
+     "ERROR: --n-samples 0 is below 1: give at least 1 sample per model (default 100)"),
+]
+
+
+@pytest.mark.parametrize("args, expected", [pytest.param(a, e, id=i) for i, a, e in SELECTION_CASES])
+def test_selection_or_limit_that_makes_no_sense_stops_at_startup(pytester, tmp_path, args, expected):
+    """Issue 16: each stops at configure time (exit 4, one sentence, no results.json, no cache
+    entry), instead of crashing every model-level test on an empty selection."""
+    line = usage_error(claims(pytester, tmp_path, *args), tmp_path)
+    assert line == expected or (expected.endswith(", ") and line.startswith(expected)), line
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+def test_series_test_is_not_collected_without_a_series(pytester, tmp_path):
+    """No trained model and no --series: the trend test is not collected (no "got empty parameter
+    set" skip line); with a trained model it is."""
+    result = claims(pytester, tmp_path, *CONTROL, "--layers", "0", "--heads", "0", "--co", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    out = result.stdout.str()
+    assert "test_projection_trend" not in out and "empty parameter set" not in out
+    assert "6 tests collected" in out, out
+    result = claims(pytester, tmp_path, "--models", "tiny-vit-digits-softmax", "--layers", "0",
+                    "--heads", "0", "--n-samples", "2", "--co", "-q")
+    assert "test_projection_trend[tiny-vit-digits-softmax]" in result.stdout.str()
+
+
+def test_model_level_unit_is_never_empty():
+    """The generic guard behind every model-level test (the ``collected_heads`` fixture): an empty
+    unit is a fault naming the model, never a torch.cat / StopIteration crash inside a claim."""
+    from fixtures import faults
+    from fixtures.plugin import EmptySelectionError, unit_of
+
+    assert unit_of({"m": ([0, 2], [1])}, "m") == ([0, 2], [1])
+    for selection in ({"m": ([], [0])}, {"m": ([0], [])}, {}):
+        with pytest.raises(EmptySelectionError, match="the model-level test of m has no") as err:
+            unit_of(selection, "m")
+        assert faults.classify(err.value) == "internal"
+
+
 def test_texts_shorter_than_head_dim_are_undetermined_and_skipped(pytester, tmp_path, files):
     """MiniLM has head dim d = 32; texts of 6 tokens give N < d, so V̂ has fewer than d columns.
     P2's code dropped such heads silently; the record flags them undetermined and the test is
