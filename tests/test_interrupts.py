@@ -400,13 +400,14 @@ def test_a_full_small_disk_stops_at_startup(workdir, tmp_path, small_disk, optio
 
 
 @pytest.mark.slow
-def test_disk_full_midway_is_a_fault_not_a_verdict(workdir, tmp_path, small_disk):
+@pytest.mark.parametrize("workers", [["--threads", "1"], ["-n", "2"]], ids=["serial", "xdist"])
+def test_disk_full_midway_is_a_fault_not_a_verdict(workdir, tmp_path, small_disk, workers):
     """The cache disk fills up during the capture (65 MiB, 16 samples need more): exit 7, one
     paragraph naming the fault and where, no traceback, and results.json says complete: false
     with the error, every test under not_run."""
     disk = small_disk("65m")
     out = tmp_path / "out"
-    done = _claims_exit(workdir, out, disk / "cache", "--n-samples", "16", "--threads", "1")
+    done = _claims_exit(workdir, out, disk / "cache", "--n-samples", "16", *workers)
     assert done.returncode == 7, (done.stdout[-3000:], done.stderr[-3000:])
     assert "Traceback" not in done.stdout + done.stderr
     (paragraph,) = [line for line in done.stdout.splitlines() if line.startswith("FAULT")]
