@@ -525,6 +525,32 @@ def test_disk_full_in_the_cache_is_a_fault_not_a_verdict(pytester, tmp_path, fil
     assert f"free space on the disk of the cache folder {tmp_path / 'cache'}" in paragraph
 
 
+@pytest.mark.parametrize("exc, kind", [
+    (AssertionError("refuted"), None), (pytest.skip.Exception("undetermined"), None),
+    (KeyboardInterrupt(), None),
+    (OSError(errno.ENOSPC, "No space left on device", "/c/x"), "environment"),
+    (PermissionError(errno.EACCES, "Permission denied", "/c/x"), "environment"),
+    (RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"),
+     "environment"),
+    (ValueError("a bug"), "internal"), (FileNotFoundError(errno.ENOENT, "gone", "/x"), "internal"),
+])
+def test_faults_are_told_from_claim_outcomes(exc, kind):
+    """A claim outcome (assert, skip) or an interruption is no fault; an OSError of the machine
+    (also when another library words it as "os error N", as safetensors does) is an environment
+    fault, exit 7; anything else is internal, exit 3."""
+    from fixtures import faults
+
+    assert faults.classify(exc) == kind
+    wrapped = RuntimeError("while capturing")
+    wrapped.__cause__ = exc
+    assert faults.classify(wrapped) == (kind if kind == "environment" else "internal")
+    if kind == "environment":
+        assert "os error" not in faults.describe(exc) and "errno" in faults.describe(exc) or \
+            faults.describe(exc).endswith(": /c/x")
+        assert faults.exit_code([{"kind": kind}]) == 7
+    assert faults.exit_code([{"kind": "environment"}, {"kind": "internal"}]) == 3
+
+
 def test_internal_error_is_exit_3_with_its_traceback(pytester, tmp_path, files, monkeypatch):
     """A bug (any exception that is not a claim outcome): exit 3, the traceback kept for the bug
     report, the test under not_run, complete: false; other tests keep their records."""
