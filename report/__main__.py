@@ -5,7 +5,8 @@ shards of one run (``--shard K/N``) into OUT/results.json and OUT/report.html (r
 exit 4 with one sentence, nothing written, when the inputs are not shards of one run.
 
 Prints the written path. Exit status 2, with one sentence on stderr, when the results file is
-missing or malformed (nothing is written then).
+missing or malformed; 4 when the output is the results file itself or a folder (nothing is
+written then).
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the HTML file to write (default: report.html beside RESULTS)")
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else args.results.with_name("report.html")
+    if out.resolve() == args.results.resolve():  # never overwrite the input
+        parser.exit(4, f"{parser.prog}: error: the output {out} is the results file itself; "
+                       "give another path with -o\n")
+    if out.is_dir():
+        parser.exit(4, f"{parser.prog}: error: the output {out} is a folder; give a file path "
+                       "with -o, e.g. -o report.html\n")
     try:
         written = write_report(args.results, out)
     except ValueError as exc:

@@ -321,3 +321,113 @@ def test_ctrl_c_writes_partial_results_and_the_report_says_what_is_missing(
     assert "2 collected claim tests did not run (pytest exit status 2)" in text
     for node in V_TESTS:
         assert node in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_sigterm_behaves_like_ctrl_c(workdir, reference, tmp_path, workers):
+    """SIGTERM (a CI cancellation, a Slurm time limit) while claim V's metrics are computed: exit 2,
+    one line saying so, and a partial results.json (complete: false, the finished records kept,
+    the rest under not_run) that the report marks partial; serial and -n 2."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    proc = start_claims(workdir, out, cache, *workers, pause_in="claim_V")
+    wait_for_pause(proc, out, "claim_V")
+    code, output = interrupt(proc, signal.SIGTERM)
+    assert code == pytest.ExitCode.INTERRUPTED, output[-3000:]
+    lines = [line for line in output.splitlines() if line.startswith("kpca-claims: SIGTERM")]
+    assert lines == ["kpca-claims: SIGTERM received: stopping as for Ctrl-C; results.json will hold "
+                     "what finished (complete: false), exit 2"], output[-3000:]
+    partial = results(out)
+    assert partial["complete"] is False and partial["exit_status"] == 2
+    assert partial["interrupted_by"] == "SIGTERM"
+    assert set(V_TESTS) <= set(partial["not_run"])
+    kept = {r["test_id"]: r for r in reference["results"]["records"]}
+    assert partial["records"] and all(kept[r["test_id"]] == r for r in partial["records"])
+    assert not {r["claim"] for r in partial["records"]} & {"V"}
+    done = subprocess.run([sys.executable, "-m", "report", str(out / "results.json"), "-o",
+                           str(tmp_path / "report.html")], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "This is a partial run: the results are incomplete." in " ".join(
+        htmllib.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "report.html").read_text())).split())
+
+
+# ------------------------------------------------------- faults of the machine (real small disks)
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(size)`` mounts a tmpfs of ``size`` (e.g. "300k") and returns its folder;
+    needs root and mount(8) (skipped elsewhere: tests/test_bad_inputs.py simulates these faults)."""
+    mounted = []
+
+    def mount(size: str) -> Path:
+        folder = tmp_path / f"disk{len(mounted)}"
+        folder.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()})")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def _claims_exit(workdir, out, cache, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run(_command(workdir, out, cache, *extra), cwd=workdir, env=_env(),
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+
+
+@pytest.mark.parametrize("option", ["--cache-dir", "--out"])
+def test_a_full_small_disk_stops_at_startup(workdir, tmp_path, small_disk, option):
+    """--cache-dir or --out on a 300 KB disk: exit 4 before any test, one sentence with the free
+    space and the need; nothing written (before: exit 1 and `complete: true` with no records)."""
+    disk = small_disk("300k")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    if option == "--out":
+        out = disk / "out"
+    else:
+        cache = disk / "cache"
+    done = _claims_exit(workdir, out, cache)
+    assert done.returncode == 4, (done.stdout[-2000:], done.stderr[-2000:])
+    need = "64.0 MiB" if option == "--cache-dir" else "4.0 MiB"
+    remedy = "give another folder with --cache-dir" if option == "--cache-dir" else "give another folder"
+    value = cache if option == "--cache-dir" else out
+    assert done.stderr.strip() == (f"ERROR: {option} {value}: the disk of {disk} has only 300.0 KiB "
+                                   f"free, the run needs at least {need}; free space or {remedy}")
+    assert list(disk.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [["--threads", "1"], ["-n", "2"]], ids=["serial", "xdist"])
+def test_disk_full_midway_is_a_fault_not_a_verdict(workdir, tmp_path, small_disk, workers):
+    """The cache disk fills up during the capture (65 MiB, 16 samples need more): exit 7, one
+    paragraph naming the fault and where, no traceback, and results.json says complete: false
+    with the error, every test under not_run."""
+    disk = small_disk("65m")
+    out = tmp_path / "out"
+    done = _claims_exit(workdir, out, disk / "cache", "--n-samples", "16", *workers)
+    assert done.returncode == 7, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "Traceback" not in done.stdout + done.stderr
+    (paragraph,) = [line for line in done.stdout.splitlines() if line.startswith("FAULT")]
+    assert paragraph.startswith("FAULT (exit 7, not a verdict): environment fault ")
+    assert "No space left on device" in paragraph and "fixtures/capture.py" in paragraph
+    assert f"free space on the disk of the cache folder {disk / 'cache'}" in paragraph
+    partial = results(out)
+    assert partial["complete"] is False and partial["exit_status"] == 7
+    assert partial["records"] == [] and len(partial["not_run"]) == 6
+    assert partial["errors"][0]["kind"] == "environment"
+
+
+@pytest.mark.slow
+def test_a_read_only_complete_cache_is_used(workdir, reference, tmp_path, small_disk):
+    """A complete cache on a read-only file system: the run reads it and gives the clean run's
+    records (no lock file, no LRU touch needed)."""
+    disk = small_disk("200m")
+    shutil.copytree(reference["cache"], disk / "cache")
+    done = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    run = _claims_exit(workdir, tmp_path / "out", disk / "cache", "--threads", "1")
+    assert run.returncode in (0, 1), (run.stdout[-3000:], run.stderr[-3000:])
+    same_numbers(results(tmp_path / "out"), reference["results"])
