@@ -836,7 +836,8 @@ def provenance_context(results: dict, index: Index) -> dict:
     odd = sorted({r.get("test_id", "?") for r in results["records"]
                   if isinstance(r.get("options"), dict) and r["options"] != results["options"]})
     return {"run": run, "versions": versions, "options": options, "models": models,
-            "odd_options": odd[:20], "n_odd_options": len(odd)}
+            "odd_options": odd[:20], "n_odd_options": len(odd),
+            "samples": results.get("samples") if isinstance(results.get("samples"), str) else None}
 
 
 # ------------------------------------------------------------------------------------ rendering

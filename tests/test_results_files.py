@@ -152,6 +152,10 @@ def test_saved_samples_load_in_one_call_and_give_the_records_means(small_run):
     used = [r for r in rows if not r["undetermined"]]
     got = math.fsum(r["optimal_cosine"] for r in used) / len(used)
     assert abs(got - model["metrics"]["optimal_cosine"]) <= 1e-12
+    from report.render import write_report  # the report says where the file is and how to load it
+
+    page = write_report(small_run / "results.json", small_run / "report.html").read_text()
+    assert 'id="samples"' in page and "pandas.read_json(path, lines=True)" in page
 
 
 @pytest.mark.slow
