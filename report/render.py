@@ -511,6 +511,12 @@ def claim_v_section(results: dict, index: Index, model: str) -> dict | None:
         "null_mean": fmt(null_mean), "null_range": _range_text(nulls),
         "counts": _count(heads_recs), "n_heads": len(heads_recs),
         "model_record": mrec, "table": table,
+        "values_table": Markup(svg.values_grid(
+            _head_matrix(heads_recs, layers, heads, lambda r: (
+                f"{fmt((r.get('metrics') or {}).get('optimal_cosine'))} {LETTERS[r['verdict']]} "
+                f"(null {fmt((r.get('null') or {}).get('optimal_cosine'))})")),
+            layers, heads, f"values-V-{sid}", f"Values of the claim-V heatmap of {model} as a table",
+            note="optimal cosine, the head's verdict letter, and its null (chance) level")),
         "undetermined_reason": next((r.get("reason") for r in heads_recs
                                      if r["verdict"] == "undetermined" and r.get("reason")), None),
     }
@@ -581,7 +587,7 @@ def claim_j_section(results: dict, index: Index, model: str) -> dict | None:
         hlines=_threshold_lines(results["thresholds"], "claim_j", "log10_ratio"),
         top_marks=verdict_marks, title="Ratio per layer (letters: layer verdicts)", height=230)
     # per-head heatmap of log10 ratio
-    heatmap = legend = None
+    heatmap = legend = values_table = None
     if layer_recs:
         _, heads_all = index.layers_heads(model)
         n_heads = max((len((r.get("per_head") or {}).get("log10_ratio") or [])
@@ -612,6 +618,10 @@ def claim_j_section(results: dict, index: Index, model: str) -> dict | None:
                 row_notes=[f"{LETTERS[r['verdict']]}" for r in layer_recs]))
             legend = Markup(svg.colour_bar(scale, f"legend-J-{sid}", ticks,
                                            note="letter right of a row: the layer's verdict"))
+            values_table = Markup(svg.values_grid(
+                [[None if v is None else fmt(v) for v in row] for row in values], layers, heads,
+                f"values-J-{sid}", f"Values of the claim-J heatmap of {model} as a table",
+                note="log10 of the ratio ‖h‖²/‖φ‖² per head"))
     table = []
     if mrec:
         for name in J_METRICS:
@@ -626,7 +636,8 @@ def claim_j_section(results: dict, index: Index, model: str) -> dict | None:
                               "rules": f"{note} (spec §3); not judged"})
     return {"model": model, "id": f"jmag-{sid}", "heatmap_id": f"heatmap-J-{sid}",
             "magnitude": Markup(magnitude), "ratio": Markup(ratio_plot),
-            "heatmap": heatmap, "legend": legend, "counts": _count(layer_recs),
+            "heatmap": heatmap, "legend": legend, "values_table": values_table,
+            "counts": _count(layer_recs),
             "n_layers": len(layer_recs), "model_record": mrec, "table": table,
             "bands": [b.label for b in bands]}
 
@@ -730,8 +741,18 @@ def claim_e_section(results: dict, index: Index, model: str) -> dict | None:
     metrics = [{"metric": k, "value": fmt(v),
                 "rules": _rules_text(results["thresholds"], "claim_e", k)}
                for k, v in sorted(((mrec or {}).get("metrics") or {}).items())]
+    values_table = None
+    if head_recs:
+        layers, heads = index.layers_heads(model)
+        values_table = Markup(svg.values_grid(
+            _head_matrix(head_recs, layers, heads, lambda r: " / ".join(
+                fmt((r.get("metrics") or {}).get(k)) for k, _ in E_CONTROLS)
+                + f" {LETTERS[r['verdict']]}"),
+            layers, heads, f"values-E-{sid}", f"Values of the claim-E heatmaps of {model} as a table",
+            note="relative γ spread: " + " / ".join(k for k, _ in E_CONTROLS)
+                 + ", then the head's verdict letter"))
     return {"model": model, "id": f"heatmap-E-{sid}", "table_id": f"e-stats-{sid}",
-            "panels": panels, "legend": legend, "counts": _count(head_recs),
+            "values_table": values_table, "panels": panels, "legend": legend, "counts": _count(head_recs),
             "n_heads": len(head_recs), "model_record": mrec, "routes": routes,
             "ratios": ratios, "metrics": metrics}
 
@@ -813,7 +834,8 @@ def provenance_context(results: dict, index: Index) -> dict:
     odd = sorted({r.get("test_id", "?") for r in results["records"]
                   if isinstance(r.get("options"), dict) and r["options"] != results["options"]})
     return {"run": run, "versions": versions, "options": options, "models": models,
-            "odd_options": odd[:20], "n_odd_options": len(odd)}
+            "odd_options": odd[:20], "n_odd_options": len(odd),
+            "samples": results.get("samples") if isinstance(results.get("samples"), str) else None}
 
 
 # ------------------------------------------------------------------------------------ rendering

@@ -525,3 +525,23 @@ def fit_cells(n_rows: int, n_cols: int, max_width: int = 640, panels: int = 1) -
     w = int(min(30, max(9, avail)))
     h = int(min(16, max(9, 360 / max(n_rows, 1))))
     return w, h
+
+
+
+def values_grid(cells: list[list], rows: list[int], cols: list[int], element_id: str,
+                summary: str, row_title: str = "layer", col_title: str = "head",
+                note: str = "") -> str:
+    """The values of a heatmap as an HTML table inside ``<details>``: reachable with the keyboard
+    (the ``<summary>`` takes focus) and read by screen readers, unlike the SVG's hover ``<title>``
+    texts. Laid out like the heatmap: one row per ``rows`` entry (layer), one column per ``cols``
+    entry (head); ``cells[i][j]`` is the cell's text (escaped; None for no record)."""
+    head = (f'<th scope="col">{esc(row_title)} \\ {esc(col_title)}</th>'
+            + "".join(f'<th scope="col" class="num">{esc(c)}</th>' for c in cols))
+    body = []
+    for r, row in zip(rows, cells):
+        tds = "".join(f'<td class="num">{esc("" if v is None else v)}</td>' for v in row)
+        body.append(f'<tr><th scope="row" class="num">{esc(r)}</th>{tds}</tr>')
+    caption = f"<caption>{esc(note)}</caption>" if note else ""
+    return (f'<details class="values" id="{esc(element_id)}"><summary>{esc(summary)}</summary>'
+            f'<table>{caption}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+            f"</details>")
