@@ -7,6 +7,7 @@ Every function is batched over any leading dimensions: keys of shape ``[..., N, 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -151,12 +152,13 @@ class KeyGram:
     leading eigenpairs (M = min(m, N)), found by :func:`checks.topk.top_eigh` with
     ``eigen_method`` ("auto": the full eigh up to its measured crossover size, subspace iteration
     above): claim V needs only the top d, and for long sequences that avoids the O(N³) full
-    decomposition.
+    decomposition. ``eigenvectors=False`` computes eigenvalues only (``eigvalsh``; ``eigenvectors``
+    is then None). ``threshold`` and ``undetermined`` are computed on first access.
     """
 
     def __init__(self, k: torch.Tensor, scale: float | None = None, standardize: bool = False,
                  dtype: torch.dtype = DEFAULT_DTYPE, top: int | None = None,
-                 eigen_method: str = "auto"):
+                 eigen_method: str = "auto", eigenvectors: bool = True):
         if k.ndim < 2:
             raise ValueError(f"keys must have shape [..., N, d], got {tuple(k.shape)}")
         n, d = k.shape[-2], k.shape[-1]
@@ -180,21 +182,39 @@ class KeyGram:
         check_finite(unit_centred, "centred Gram matrix")
         peak = torch.exp(log_peak)
         self._unit, self._unit_centred, self._peak = unit, unit_centred, peak
-        if top is None:
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+            raise ValueError(f"top must be a positive int (eigenpairs to keep), got {top!r}")
+        if not eigenvectors:  # eigenvalues only (claim E's routes): no eigenvector work at all
+            sym = 0.5 * (unit_centred + unit_centred.transpose(-1, -2))
+            mu = torch.linalg.eigvalsh(sym).flip(-1)
+            mu = mu if top is None else mu[..., : min(top, n)]
+            self.eigenvectors = None
+        elif top is None:
             mu, self.eigenvectors = sorted_eigh(unit_centred)
         else:
-            if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-                raise ValueError(f"top must be a positive int (eigenpairs to keep), got {top!r}")
             from .topk import top_eigh  # topk builds on this module
 
             mu, self.eigenvectors = top_eigh(unit_centred, min(top, n), method=eigen_method)
-        unit_threshold = undetermined_threshold(unit)
+        self._unit_mu = mu
         self.eigenvalues = mu * peak.unsqueeze(-1)
-        self.threshold = unit_threshold * peak
-        if d <= n:
-            self.undetermined = mu[..., d - 1] <= unit_threshold
-        else:  # fewer tokens than value dimensions: V̂ cannot have d determined columns
-            self.undetermined = torch.ones(k.shape[:-2], dtype=torch.bool, device=k.device)
+
+    @functools.cached_property
+    def _unit_threshold(self) -> torch.Tensor:
+        """N·ε·‖K_φ/max K_φ‖₂ (Lanczos), computed on first use: a caller that needs only the
+        spectrum (claim E's routes) never pays for it."""
+        return undetermined_threshold(self._unit)
+
+    @property
+    def threshold(self) -> torch.Tensor:
+        """N·ε·‖K_φ‖₂ [...] (spec §2, "Undetermined heads")."""
+        return self._unit_threshold * self._peak
+
+    @functools.cached_property
+    def undetermined(self) -> torch.Tensor:
+        """μ_d ≤ N·ε·‖K_φ‖₂, bool [...]; always True when N < d (V̂ cannot have d columns)."""
+        if self.d <= self.n:
+            return self._unit_mu[..., self.d - 1] <= self._unit_threshold
+        return torch.ones(self._peak.shape, dtype=torch.bool, device=self._peak.device)
 
     @property
     def gram(self) -> torch.Tensor:
@@ -209,6 +229,8 @@ class KeyGram:
     def axes(self, m: int | None = None) -> torch.Tensor:
         """A = [a_1 … a_m], the top-m unit eigenvectors (m = d by default), shape [..., N, m]."""
         m = min(self.d if m is None else m, self.n)
+        if self.eigenvectors is None:
+            raise ValueError("this KeyGram was built with eigenvectors=False (eigenvalues only)")
         available = self.eigenvectors.shape[-1]
         if m > available:
             raise ValueError(f"only the top {available} eigenvectors were computed (top=...), "

@@ -73,7 +73,7 @@ def gram_spectrum_batched(k: torch.Tensor, scale: float | None = None,
     NonFiniteError
         If the keys contain NaN or Inf.
     """
-    return KeyGram(k, scale=scale, standardize=standardize).eigenvalues
+    return KeyGram(k, scale=scale, standardize=standardize, eigenvectors=False).eigenvalues
 
 
 def gram_spectrum(k: torch.Tensor, scale: float | None = None,
@@ -531,7 +531,8 @@ def spread_summary(spreads: dict) -> dict:
 
 
 def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-                         standardize: bool = False, seed: int = 0) -> dict:
+                         standardize: bool = False, seed: int = 0,
+                         gram: KeyGram | None = None) -> dict:
     """γ-constancy spreads of the learned values beside the two controls of spec §4, per head.
 
     For keys ``k`` and learned values ``v`` of each head: build K̃ and log g in log space
@@ -553,6 +554,10 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
         Standardise keys (spec §1) before the Gram matrix; ``v`` is used as given.
     seed : int, default 0
         Seed of the perturbed control.
+    gram : KeyGram, optional
+        The :class:`checks.gram.KeyGram` of these keys (same ``scale`` and ``standardize``, built
+        with eigenvectors and ``top`` ≥ min(d_v, N − 1)), when the caller has one already (claim
+        E builds it for its log-space route): saves a second Gram matrix and eigendecomposition.
 
     Returns
     -------
@@ -574,7 +579,12 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
     if k.shape[-2] < 3:
         raise ValueError(f"need at least 3 tokens for a pairwise spread of a centred axis, got N={k.shape[-2]}")
     check_finite(v, "values")
-    kg = KeyGram(k, scale=scale, standardize=standardize)
+    if gram is None:
+        gram = KeyGram(k, scale=scale, standardize=standardize)
+    elif gram.n != k.shape[-2] or gram.log_g.shape != k.shape[:-1]:
+        raise ValueError(f"gram is the KeyGram of keys {tuple(gram.keys.shape)}, not of "
+                         f"{tuple(k.shape)}")
+    kg = gram
     v = v.to(DEFAULT_DTYPE)
     # γ is invariant to scaling a head's â by a constant, so divide g by its per-head maximum
     # (exactly cancelling) to keep g_j·v_jm finite for large key norms.
@@ -591,8 +601,9 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
     # columns with a single nonzero entry (eigh returns unit vectors for a zero matrix): their
     # spread is undefined. Such columns get spread 0, never NaN, and the head stays flagged.
     degenerate = torch.zeros(kg.undetermined.shape, dtype=torch.bool, device=kg.undetermined.device)
+    centred = kg.centred  # K̃ = unit-peak K̃ × peak: built once for the three candidates
     for name, axes in candidates.items():
-        gamma, valid = gamma_vectors(kg.centred, axes)
+        gamma, valid = gamma_vectors(centred, axes)
         lacking = valid.sum(dim=-2) < 2                                  # [..., m]
         degenerate |= lacking.any(dim=-1)
         gamma = gamma.masked_fill(lacking.unsqueeze(-2), 0.0)
