@@ -84,6 +84,16 @@ def sorted_eigh(matrix: torch.Tensor, top: int | None = None) -> tuple[torch.Ten
     return mu[..., -m:].flip(-1), fix_signs(vecs[..., -m:].flip(-1))
 
 
+def sorted_eigvalsh(matrix: torch.Tensor, top: int | None = None) -> torch.Tensor:
+    """Eigenvalues of symmetric matrices, descending: all N, or the ``top`` leading ones [..., M].
+
+    No eigenvectors (LAPACK's values-only path): for callers that need the spectrum alone.
+    """
+    sym = 0.5 * (matrix + matrix.transpose(-1, -2))
+    mu = torch.linalg.eigvalsh(sym).flip(-1)
+    return mu if top is None else mu[..., :top]
+
+
 def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     """V̂ = G (I − 11ᵀ/N) A with G = diag(1/g_j): v̂_j = (a_j − mean_m a_m)/g_j (P1 Eq. 6; spec §1).
 
@@ -185,9 +195,7 @@ class KeyGram:
         if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
             raise ValueError(f"top must be a positive int (eigenpairs to keep), got {top!r}")
         if not eigenvectors:  # eigenvalues only (claim E's routes): no eigenvector work at all
-            sym = 0.5 * (unit_centred + unit_centred.transpose(-1, -2))
-            mu = torch.linalg.eigvalsh(sym).flip(-1)
-            mu = mu if top is None else mu[..., : min(top, n)]
+            mu = sorted_eigvalsh(unit_centred, None if top is None else min(top, n))
             self.eigenvectors = None
         elif top is None:
             mu, self.eigenvectors = sorted_eigh(unit_centred)
