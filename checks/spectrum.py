@@ -600,16 +600,18 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
     # An undetermined head (μ_d round-off; K̃ = 0 for identical keys) can have eigen-control
     # columns with a single nonzero entry (eigh returns unit vectors for a zero matrix): their
     # spread is undefined. Such columns get spread 0, never NaN, and the head stays flagged.
-    degenerate = torch.zeros(kg.undetermined.shape, dtype=torch.bool, device=kg.undetermined.device)
-    centred = kg.centred  # K̃ = unit-peak K̃ × peak: built once for the three candidates
-    for name, axes in candidates.items():
-        gamma, valid = gamma_vectors(centred, axes)
-        lacking = valid.sum(dim=-2) < 2                                  # [..., m]
-        degenerate |= lacking.any(dim=-1)
-        gamma = gamma.masked_fill(lacking.unsqueeze(-2), 0.0)
-        valid = valid | lacking.unsqueeze(-2)
-        out[name] = pairwise_spread(gamma, valid, relative=True)
-        out[f"{name}_abs"] = pairwise_spread(gamma, valid, relative=False)
+    # The three candidates side by side as one [..., N, d_v + 2m] block: every step is per column,
+    # so one product with K̃ and one pair of sorts serve all three.
+    widths = [axes.shape[-1] for axes in candidates.values()]
+    gamma, valid = gamma_vectors(kg.centred, torch.cat(list(candidates.values()), dim=-1))
+    lacking = valid.sum(dim=-2) < 2                                      # [..., d_v + 2m]
+    degenerate = lacking.any(dim=-1)
+    gamma = gamma.masked_fill(lacking.unsqueeze(-2), 0.0)
+    valid = valid | lacking.unsqueeze(-2)
+    spreads = (pairwise_spread(gamma, valid, relative=True).split(widths, dim=-1),
+               pairwise_spread(gamma, valid, relative=False).split(widths, dim=-1))
+    for name, rel, absolute in zip(candidates, *spreads):
+        out[name], out[f"{name}_abs"] = rel, absolute
     if bool((degenerate & ~kg.undetermined).any()):
         where = tuple(int(i) for i in torch.nonzero(degenerate & ~kg.undetermined)[0])
         raise ValueError(f"γ column of a determined head at index {where} has fewer than two "
