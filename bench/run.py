@@ -1,6 +1,12 @@
-"""``python -m bench.run``: time the suite's claim-V path stage by stage against the plain
-per-head reference (:mod:`bench.reference`), check that both give the same numbers, and measure
-peak memory.
+"""``python -m bench.run``: time the suite's claims V, J and E stage by stage against plain
+per-head loops (:mod:`bench.reference`), check that both give the same numbers, and measure
+peak memory. ``--readme`` rewrites the README's Speed table from the results file instead.
+
+Claims J and E run after V through ``ModelRun.claim_j_layer`` / ``claim_e_layer`` with the same
+wrappers (stages J: ``phi``, ``h``, ``summaries``; E: ``gram``, ``eigen``, ``naive``, ``gamma``),
+and their loops (:func:`bench.reference.reference_j_head`, :func:`~bench.reference.reference_e_head`)
+are fed the q, k, v (and, for E, P2's perturbed basis, one draw per batch) the session used on
+the same subset of heads. Every stage time is exclusive (:class:`Timers`).
 
 What is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.session.ModelRun`
 (fresh temporary cache) loads the model, captures Q/K/V through
