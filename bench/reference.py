@@ -286,3 +286,132 @@ def reference_claim_v(heads: Iterable[tuple], scale: float | None = None,
     """
     return [reference_head(k, v, a0, scale=scale, standardize_keys=standardize_keys,
                            convention=convention, clock=clock) for k, v, a0 in heads]
+
+
+# ----------------------------------------------------------------------------- claim J, one head
+J_NAMES = ("log_phi_sq_mean", "phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share",
+           "p1_log_phi_sq_mean")
+
+
+def reference_j_head(q, k, v, scale: float | None = None,
+                     clock: StageClock | None = None) -> dict[str, float]:
+    """Claim-J terms of one head, plainly (spec §3): the per-layer quantities the session stores.
+
+    ‖φ(q_i)‖² = exp(s‖q_i‖² − 2 log g(q_i)) with log g(q_i) = logsumexp_j s·q_iᵀk_j; P1's logged
+    value exp(q·q − 2(1−s)·q·k₀)/g(q)²; h_i = softmax(S_i) V; J_proj = mean(‖φ‖² − ‖h‖²); the Bessel
+    share is the fraction of tokens with ‖h_i‖² ≤ ‖φ(q_i)‖². Stages: ``phi``, ``h``, ``summaries``.
+    """
+    timed = clock.stage if clock is not None else _no_clock
+    q, k, v = _as_f64(q, "q"), _as_f64(k, "k"), _as_f64(v, "v")
+    n, d = q.shape
+    s = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    with timed("phi"):
+        scores = s * (q @ k.T)  # S_q = s·Q Kᵀ
+        log_g = logsumexp(scores, axis=1)
+        qq = np.sum(q * q, axis=1)
+        log_phi = s * qq - 2.0 * log_g
+        log_p1 = qq - 2.0 * (1.0 - s) * (q @ k[0]) - 2.0 * log_g  # P1's logged ‖φ‖²
+    with timed("h"):
+        h = np.exp(scores - log_g[:, None]) @ v  # softmax rows times V
+        h_sq = np.sum(h * h, axis=1)
+    with timed("summaries"):
+        phi = np.exp(log_phi)
+        return {"log_phi_sq_mean": float(logsumexp(log_phi) - math.log(n)),
+                "phi_sq_mean": float(phi.mean()), "h_sq_mean": float(h_sq.mean()),
+                "j_proj": float(np.mean(phi - h_sq)), "bessel_share": float(np.mean(h_sq <= phi)),
+                "p1_log_phi_sq_mean": float(logsumexp(log_p1) - math.log(n))}
+
+
+# ----------------------------------------------------------------------------- claim E, one head
+E_NAMES = ("mu_log_raw", "mu_log_standardized", "mu_naive_float32", "naive_finite",
+           "gamma_learned", "gamma_learned_abs", "gamma_eigen", "gamma_eigen_abs",
+           "gamma_perturbed", "gamma_perturbed_abs", "undetermined")
+
+
+def _centred_gram_plain(k: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(K_φ, H K_φ H, log g) of keys k [N, d], in log space, with the explicit H."""
+    scores = s * (k @ k.T)
+    log_g = logsumexp(scores, axis=1)
+    k_phi = np.exp(scores - log_g[:, None] - log_g[None, :])
+    h = centring_matrix(len(k))
+    kc = h @ k_phi @ h
+    return k_phi, 0.5 * (kc + kc.T), log_g
+
+
+def _pair_spreads(gamma: np.ndarray, valid: np.ndarray) -> tuple[float, float]:
+    """Mean over columns of the mean over valid pairs i < j of |γ_i − γ_j|/max(|γ_i|, |γ_j|)
+    (0 when both are 0) and of |γ_i − γ_j|, with the explicit pair matrix (spec §4)."""
+    rel, ab = [], []
+    for col in range(gamma.shape[1]):
+        g = gamma[valid[:, col], col]
+        if len(g) < 2:  # a degenerate column (undetermined heads only) counts 0, as ours
+            rel.append(0.0)
+            ab.append(0.0)
+            continue
+        diff = np.abs(g[:, None] - g[None, :])
+        big = np.maximum(np.abs(g[:, None]), np.abs(g[None, :]))
+        iu = np.triu_indices(len(g), 1)
+        r = np.divide(diff, big, out=np.zeros_like(diff), where=big > 0)
+        rel.append(float(r[iu].mean()))
+        ab.append(float(diff[iu].mean()))
+    return float(np.mean(rel)), float(np.mean(ab))
+
+
+def reference_e_head(k, v, perturbed, scale: float | None = None,
+                     clock: StageClock | None = None) -> dict[str, float | np.ndarray]:
+    """Claim-E quantities of one head, plainly (spec §4): the top-d spectra of the log-space raw
+    and standardised routes and of the naive float32 route (NaN → 0, with its finite flag), and
+    the mean relative and absolute γ spreads of the learned values, the eigenvectors and the
+    perturbed basis ``perturbed`` [N, m] (P2's QR(A + 0.1 Z); given, since its noise is one draw
+    per batch). Stages: ``gram``, ``eigen``, ``naive``, ``gamma``.
+    """
+    timed = clock.stage if clock is not None else _no_clock
+    k, v = _as_f64(k, "k"), _as_f64(v, "v")
+    a_pert = _as_f64(perturbed, "perturbed")
+    n, d = k.shape
+    m = a_pert.shape[1]
+    s = 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+    def top(mu: np.ndarray) -> np.ndarray:
+        mu = mu[::-1][:d]
+        return np.pad(mu, (0, d - len(mu)))
+
+    with timed("gram"):
+        k_phi, kc, log_g = _centred_gram_plain(k, s)
+        _, kc_std, _ = _centred_gram_plain(standardize(k), s)
+        threshold = n * EPS * float(np.linalg.eigvalsh(k_phi)[-1])
+    with timed("eigen"):
+        mu, vecs = np.linalg.eigh(kc)
+        mu_std = np.linalg.eigvalsh(kc_std)
+    with timed("naive"):
+        k32 = k.astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            scores32 = np.float32(s) * (k32 @ k32.T)
+            kern = np.exp(scores32)
+            g = kern.sum(axis=1)
+            denom = g[:, None] * g[None, :]
+            gram = kern / denom
+            row, col = gram.mean(axis=1, keepdims=True), gram.mean(axis=0, keepdims=True)
+            centred = gram - row - col + gram.mean()
+        # finite only if no step overflowed (an infinite g_i·g_j counts, though K/inf is 0)
+        finite = all(bool(np.all(np.isfinite(x))) for x in (scores32, kern, g, denom, centred))
+        mu_naive = np.linalg.eigvalsh(0.5 * (centred + centred.T)).astype(np.float64) if finite \
+            else np.zeros(n)
+        finite = finite and bool(np.all(np.isfinite(mu_naive)))
+    with timed("gamma"):
+        axes = {"learned": None, "eigen": sign_fixed(vecs[:, ::-1][:, :m]), "perturbed": a_pert}
+        lg = log_g - log_g.max()  # γ is invariant to one factor per head
+        learned = v * np.exp(lg)[:, None]
+        axes["learned"] = learned - learned.mean(axis=0)
+        out: dict[str, float | np.ndarray] = {}
+        for name, a in axes.items():
+            valid = np.abs(a) > EPS * np.abs(a).max(axis=0, keepdims=True)
+            gamma = np.where(valid, (kc @ a) / (n * np.where(valid, a, 1.0)), 0.0)
+            out[f"gamma_{name}"], out[f"gamma_{name}_abs"] = _pair_spreads(gamma, valid)
+    out["mu_log_raw"] = top(mu)
+    out["mu_log_standardized"] = top(mu_std)
+    out["mu_naive_float32"] = top(mu_naive) if finite else np.zeros(d)
+    out["naive_finite"] = float(finite)
+    mu_d = mu[::-1][d - 1] if d <= n else 0.0
+    out["undetermined"] = float(d > n or mu_d <= threshold)
+    return out

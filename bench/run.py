@@ -1,6 +1,12 @@
-"""``python -m bench.run``: time the suite's claim-V path stage by stage against the plain
-per-head reference (:mod:`bench.reference`), check that both give the same numbers, and measure
-peak memory.
+"""``python -m bench.run``: time the suite's claims V, J and E stage by stage against plain
+per-head loops (:mod:`bench.reference`), check that both give the same numbers, and measure
+peak memory. ``--readme`` rewrites the README's Speed table from the results file instead.
+
+Claims J and E run after V through ``ModelRun.claim_j_layer`` / ``claim_e_layer`` with the same
+wrappers (stages J: ``phi``, ``h``, ``summaries``; E: ``gram``, ``eigen``, ``naive``, ``gamma``),
+and their loops (:func:`bench.reference.reference_j_head`, :func:`~bench.reference.reference_e_head`)
+are fed the q, k, v (and, for E, P2's perturbed basis, one draw per batch) the session used on
+the same subset of heads. Every stage time is exclusive (:class:`Timers`).
 
 What is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.session.ModelRun`
 (fresh temporary cache) loads the model, captures Q/K/V through
@@ -128,12 +134,18 @@ class RssSampler:
 
 
 class Timers:
-    """Accumulated wall and CPU seconds per stage name, fed by the wrappers of :func:`bench_model`."""
+    """Accumulated wall and CPU seconds per stage name, fed by the wrappers of :func:`bench_model`.
+
+    Stages are *exclusive*: when a wrapped function calls another wrapped one on the same thread
+    (KeyGram's eigensolver inside the metrics, the Lanczos threshold inside γ), the inner call's
+    time counts under its own stage only. CPU times are per thread (``time.thread_time``).
+    """
 
     def __init__(self) -> None:
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
         self._lock = threading.Lock()  # the assignment runs in the session's second thread
+        self._local = threading.local()
 
     def add(self, name: str, wall: float, cpu: float) -> None:
         self.wall[name] = self.wall.get(name, 0.0) + wall
@@ -142,15 +154,21 @@ class Timers:
     def wrap(self, name: str, fn: Callable) -> Callable:
         @functools.wraps(fn)
         def timed(*args, **kwargs):
+            stack = self._local.__dict__.setdefault("stack", [])
+            stack.append([0.0, 0.0])  # time of nested wrapped calls
             w0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
+                inner_w, inner_c = stack.pop()
+                if stack:
+                    stack[-1][0] += wall
+                    stack[-1][1] += cpu
                 with self._lock:
-                    self.add(name, wall, cpu)
+                    self.add(name, wall - inner_w, cpu - inner_c)
                     if threading.current_thread() is threading.main_thread():
-                        self.add(name + "@main", wall, cpu)
+                        self.add(name + "@main", wall - inner_w, cpu - inner_c)
         return timed
 
 
@@ -401,6 +419,10 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
                    for key in ref_results}
     agreement = _agreement(ours_subset, ref_results, args.rtol) if ref_results else None
 
+    # ---- claims J and E, every layer, through the session, and their loop references
+    claims_je = {claim: _bench_claim(claim, run, info, layers, subset, sampler, args)
+                 for claim in ("J", "E")}
+
     # ---- reference capture: one sample per forward pass, on a few samples, extrapolated
     ref_capture = None
     if not args.skip_reference and "loaded" in kept:
@@ -430,11 +452,155 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
         "reference": {"wall": dict(clock.wall), "cpu": dict(clock.cpu),
                       "n_heads_measured": len(ref_results), "capture": ref_capture},
         "agreement": agreement,
+        "claims": claims_je,
         "memory_mb": {k: {"start": v["start"] / MIB, "peak": v["peak"] / MIB,
                           "peak_minus_start": (v["peak"] - v["start"]) / MIB}
                       for k, v in memory.items()},
         "report_html_bytes": len(html.encode()),
     }
+
+
+#: Stages of claims J and E: (module, function) → stage; every one is exclusive (Timers).
+J_STAGES = {("checks.projection", "log_phi_sq_norm"): "phi",
+            ("checks.projection", "log_phi_sq_norm_p1_code"): "phi",
+            ("checks.projection", "h_sq_norm"): "h",
+            ("checks.projection", "projection_terms_batched"): "summaries"}
+E_STAGES = {**{("checks.gram", name): "gram" for name in GRAM_FUNCTIONS},
+            ("checks.gram", "sorted_eigh"): "eigen", ("checks.gram", "sorted_eigvalsh"): "eigen",
+            ("checks.topk", "top_eigh"): "eigen",
+            ("checks.spectrum", "naive_gram_spectrum"): "naive",
+            ("checks.spectrum", "gamma_spread_batched"): "gamma"}
+
+
+def _bench_claim(claim: str, run, info: dict, layers: list[int], subset: set, sampler,
+                 args) -> dict:
+    """Claim J or E over ``layers`` through ``run`` (fresh cache), stage by stage, then the plain
+    per-head loop (:func:`bench.reference.reference_j_head` / ``reference_e_head``) on ``subset``,
+    fed the inputs the session used, and the agreement of every compared quantity."""
+    import importlib
+
+    from .reference import E_NAMES, J_NAMES, reference_e_head, reference_j_head
+
+    timers = Timers()
+    stages = J_STAGES if claim == "J" else E_STAGES
+    recorded: dict[tuple, tuple] = {}
+    state: dict[str, Any] = {}
+    orig_groups = run._groups
+
+    def groups(layer):
+        for item in orig_groups(layer):
+            state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
+            yield item
+
+    def record(q, k, v, extra=None):
+        first = state["heads"].start or 0
+        for i, b in enumerate(state["chunk"]):
+            for j in range(k.shape[1]):
+                key = (b, state["layer"], first + j)
+                if key in subset and key not in recorded:
+                    recorded[key] = (None if q is None else q[i, j].clone(), k[i, j].clone(),
+                                     v[i, j].clone(), None if extra is None else extra[i, j].clone())
+
+    def make(stage: str, name: str):
+        def wrap(orig):
+            if name == "projection_terms_batched":
+                def call(q, k, v, **kw):
+                    record(q, k, v)
+                    return orig(q, k, v, **kw)
+            elif name == "gamma_spread_batched":
+                def call(k, v, **kw):
+                    out = orig(k, v, **kw)
+                    record(None, k, v, state.pop("perturbed"))
+                    return out
+            elif name == "perturbed_axes":
+                def call(*a, **kw):
+                    state["perturbed"] = orig(*a, **kw)
+                    return state["perturbed"]
+            else:
+                call = orig
+            return timers.wrap(stage, call) if stage else call
+        return wrap
+
+    targets = [(importlib.import_module(mod), name, make(stage, name))
+               for (mod, name), stage in stages.items()]
+    if claim == "E":
+        targets.append((importlib.import_module("checks.spectrum"), "perturbed_axes",
+                        make("", "perturbed_axes")))
+    compute = run.claim_j_layer if claim == "J" else run.claim_e_layer
+    per_layer = {}
+    run._groups = groups
+    try:
+        with sampler.window() as mem, patched(targets):
+            w0, c0 = time.perf_counter(), time.process_time()
+            for layer in layers:
+                t = time.perf_counter()
+                per_layer[layer] = compute(layer)
+                print(f"   claim {claim} L{layer:02d}: {time.perf_counter() - t:6.1f} s", flush=True)
+            timers.add("total", time.perf_counter() - w0, time.process_time() - c0)
+    finally:
+        run._groups = orig_groups
+    clock, ref = StageClock(), {}
+    for key in sorted(recorded):
+        q, k, v, extra = recorded[key]
+        ref[key] = (reference_j_head(q, k, v, scale=info["scale"], clock=clock) if claim == "J"
+                    else reference_e_head(k, v, extra, scale=info["scale"], clock=clock))
+    names = J_NAMES if claim == "J" else E_NAMES
+    ours = {key: {name: per_layer[key[1]][name][key[0], key[2]].numpy() for name in names}
+            for key in ref}
+    n_total = info["input_set"]["n_samples"] * len(layers) * info["n_heads"]
+    return {"ours": {"wall": timers.wall, "cpu": timers.cpu},
+            "reference": {"wall": dict(clock.wall), "cpu": dict(clock.cpu),
+                          "n_heads_measured": len(ref)},
+            "n_heads_total": n_total, "agreement": _agreement_je(ours, ref, args.rtol) if ref else None,
+            "memory_mb": {k: v / MIB for k, v in mem.items()}}
+
+
+#: Quantities compared with a looser, float32 tolerance (the naive route runs in float32 by
+#: design: torch's and NumPy's float32 eigensolvers differ by round-off of order N·ε₃₂·|μ₁|).
+FLOAT32_RTOL = 1e-4
+
+
+def _agreement_je(ours: dict, ref: dict, rtol: float) -> dict:
+    """Largest deviation per quantity of claim J or E, ours against the plain loop.
+
+    Rule: |ours − ref| ≤ rtol · max(|ours|, |ref|, floor) elementwise, floor = 1e-3 for the
+    bounded quantities and 1e-3·max|μ| of the head for spectra (eigenvalues far below the top
+    one are round-off-limited in both); the naive float32 spectrum at :data:`FLOAT32_RTOL`; flags
+    equal. The eigen control's γ spreads are round-off by construction (γ of an exact
+    eigenvector is constant), so they are reported (``reported_not_asserted``), not asserted.
+    """
+    worst, failures, reported = {}, [], {}
+    for key, r in ref.items():
+        o = ours[key]
+        undetermined = bool(r.get("undetermined", 0.0)) or bool(o.get("undetermined", False))
+        for name in r:
+            a, b = np.asarray(o[name], dtype=np.float64), np.asarray(r[name], dtype=np.float64)
+            if name in ("undetermined", "naive_finite"):
+                err = float(bool(a) != bool(b))
+                tol = 0.0
+            elif name.startswith("gamma_eigen"):
+                # The eigen control's γ is μ_m/N up to the eigensolver's round-off: its spread
+                # measures that round-off (torch's and NumPy's eigh differ), so it is reported,
+                # not asserted.
+                scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), SMALL)
+                err = float(np.max(np.abs(a - b) / scale))
+                if not undetermined:
+                    reported[name] = max(reported.get(name, 0.0), err)
+                continue
+            else:
+                floor = 1e-3 * float(np.abs(b).max()) if name.startswith("mu_") else SMALL
+                tol = FLOAT32_RTOL if name == "mu_naive_float32" else rtol
+                scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), max(floor, 1e-300))
+                err = float(np.max(np.abs(a - b) / scale))
+            if err > worst.get(name, {"rel_err": -1.0})["rel_err"]:
+                worst[name] = {"rel_err": err, "head": list(key)}
+            if err > tol:
+                failures.append({"quantity": name, "head": list(key), "rel_err": err})
+    return {"n_heads_checked": len(ref), "rtol": rtol, "float32_rtol": FLOAT32_RTOL,
+            "rule": "|ours - ref| <= rtol * max(|ours|, |ref|, floor); floor 1e-3 (1e-3 max|mu| "
+                    "for spectra); naive float32 spectrum at float32_rtol; flags equal",
+            "worst": worst, "n_failures": len(failures), "failures": failures[:20],
+            "reported_not_asserted": reported, "passed": not failures}
 
 
 def _reference_capture(loaded, batches, lengths, n: int) -> dict | None:
@@ -491,12 +657,11 @@ def stage_rows(res: dict) -> list[dict]:
     n_ref = res["reference"]["n_heads_measured"]
     factor = res["n_heads_total"] / n_ref if n_ref else None
     g = lambda d, k: d.get(k, 0.0)  # noqa: E731
-    inner = ("gram@main", "eigen@main", "assignment@main")  # stages nested in vvmb
+    main = ("gram@main", "eigen@main", "vvmb@main", "assignment@main")  # exclusive stages
     ours = {
         "gram": (g(ow, "gram"), g(oc, "gram")),
         "eigen": (g(ow, "eigen"), g(oc, "eigen")),
-        "metrics": (g(ow, "vvmb") - sum(g(ow, k) for k in inner),
-                    g(oc, "vvmb") - sum(g(oc, k) for k in inner)),
+        "metrics": (g(ow, "vvmb"), g(oc, "vvmb")),
         "assignment": (g(ow, "assignment"), g(oc, "assignment")),
     }
     rows = [{"stage": "load model", "ours_wall_s": g(ow, "load"), "ours_cpu_s": g(oc, "load")}]
@@ -516,7 +681,7 @@ def stage_rows(res: dict) -> list[dict]:
                        ref_extrapolated=factor > 1, ref_measured=f"{n_ref} heads")
         rows.append(row)
     rows.append({"stage": "session (nulls, layer I/O, cache, waits)",
-                 "ours_wall_s": g(ow, "claim_v") - g(ow, "vvmb"),
+                 "ours_wall_s": g(ow, "claim_v") - sum(g(ow, k) for k in main),
                  "ours_cpu_s": None})
     row = {"stage": "claim V, all heads (incl. session)", "ours_wall_s": g(ow, "claim_v"),
            "ours_cpu_s": g(oc, "claim_v")}
@@ -526,6 +691,8 @@ def stage_rows(res: dict) -> list[dict]:
     rows.append(row)
     rows.append({"stage": "report (records + HTML)", "ours_wall_s": g(ow, "report"),
                  "ours_cpu_s": g(oc, "report")})
+    for row in rows:
+        row.setdefault("claim", "V")
     ok = res["agreement"] is None or res["agreement"]["passed"]
     for row in rows:
         if "ref_wall_s" in row and row["ours_wall_s"] > 0:
@@ -537,6 +704,48 @@ def stage_rows(res: dict) -> list[dict]:
                  "report (records + HTML)": "report"}.get(row["stage"], "claim_v")
         row["peak_rss_mb"] = mem[phase]["peak"]
         row["rss_phase"] = phase
+    for claim, c in res.get("claims", {}).items():
+        rows += claim_rows(claim, c)
+    return rows
+
+
+CLAIM_STAGES = {"J": ("phi", "h", "summaries"), "E": ("gram", "eigen", "naive", "gamma")}
+
+
+def claim_rows(claim: str, c: dict) -> list[dict]:
+    """Rows of claim J or E: each stage (exclusive), the session's rest, and the total."""
+    ow, oc = c["ours"]["wall"], c["ours"]["cpu"]
+    rw, rc = c["reference"]["wall"], c["reference"]["cpu"]
+    n_ref = c["reference"]["n_heads_measured"]
+    factor = c["n_heads_total"] / n_ref if n_ref else None
+    g = lambda d, k: d.get(k, 0.0)  # noqa: E731
+    stages = CLAIM_STAGES[claim]
+    rows = []
+    for stage in stages:
+        rows.append({"stage": stage, "ours_wall_s": g(ow, stage), "ours_cpu_s": g(oc, stage),
+                     "ref_wall_s": g(rw, stage) * factor if factor else None,
+                     "ref_cpu_s": g(rc, stage) * factor if factor else None})
+    rows.append({"stage": "session (layer I/O, cache, chunking)",
+                 "ours_wall_s": g(ow, "total") - sum(g(ow, s) for s in stages),
+                 "ours_cpu_s": None})
+    rows.append({"stage": f"claim {claim}, all heads (incl. session)",
+                 "ours_wall_s": g(ow, "total"), "ours_cpu_s": g(oc, "total"),
+                 "ref_wall_s": sum(rw.values()) * factor if factor else None,
+                 "ref_cpu_s": sum(rc.values()) * factor if factor else None})
+    ok = c["agreement"] is None or c["agreement"]["passed"]
+    for row in rows:
+        row["claim"] = claim
+        if row.get("ref_wall_s") is None:
+            row.pop("ref_wall_s", None), row.pop("ref_cpu_s", None)
+            continue
+        row.update(ref_extrapolated=factor > 1, ref_measured=f"{n_ref} heads")
+        if row["ours_wall_s"] > 0:
+            row["ratio_wall"] = row["ref_wall_s"] / row["ours_wall_s"] if ok else None
+            row["ratio_cpu"] = row["ref_cpu_s"] / max(row["ours_cpu_s"], 1e-9) if ok else None
+        row["peak_rss_mb"] = c["memory_mb"]["peak"]
+        row["rss_phase"] = f"claim_{claim}"
+    for row in rows:
+        row.setdefault("peak_rss_mb", c["memory_mb"]["peak"])
     return rows
 
 
@@ -557,13 +766,13 @@ def print_table(results: dict) -> None:
               f"{res['tokens']['max']}, d {res['head_dim']}; max_memory "
               f"{res['chunks']['max_memory_bytes'] / MIB:.0f} MiB -> chunks of "
               f"{res['chunks']['samples_per_chunk']} samples")
-        print(f"  {'stage':40s} {'ours s':>9s} {'ours cpu':>9s} {'ref s':>10s} {'ref cpu':>10s} "
+        print(f"  {'claim':5s} {'stage':40s} {'ours s':>9s} {'ours cpu':>9s} {'ref s':>10s} {'ref cpu':>10s} "
               f"{'ratio':>7s} {'ratio cpu':>9s} {'peak RSS MiB':>13s}")
         for row in res["stages"]:
             star = "*" if row.get("ref_extrapolated") else " "
             ref = _fmt(row.get("ref_wall_s")) + (star if "ref_wall_s" in row else " ")
             refc = _fmt(row.get("ref_cpu_s")) + (star if "ref_cpu_s" in row else " ")
-            print(f"  {row['stage']:40s} {_fmt(row['ours_wall_s'], 2):>9s} "
+            print(f"  {row['claim']:5s} {row['stage']:40s} {_fmt(row['ours_wall_s'], 2):>9s} "
                   f"{_fmt(row['ours_cpu_s'], 2):>9s} {ref:>10s} {refc:>10s} "
                   f"{_fmt(row.get('ratio_wall'), 2):>7s} {_fmt(row.get('ratio_cpu'), 2):>9s} "
                   f"{row['peak_rss_mb']:13.0f}")
@@ -576,6 +785,13 @@ def print_table(results: dict) -> None:
                   f"{worst[0] if worst else '-'} {worst[1]['rel_err'] if worst else 0:.2e}; "
                   f"{ag['n_undetermined_nulls_only']} undetermined (nulls only); threshold "
                   f"(Lanczos vs eigvalsh) max rel diff {ag['threshold_max_rel_diff']:.1e}")
+        for claim, c in res.get("claims", {}).items():
+            ag = c["agreement"]
+            if ag:
+                worst = max(ag["worst"].items(), key=lambda kv: kv[1]["rel_err"], default=None)
+                print(f"  claim {claim} agreement on {ag['n_heads_checked']} heads (rtol "
+                      f"{ag['rtol']:g}): {'PASSED' if ag['passed'] else 'FAILED'}; worst "
+                      f"{worst[0] if worst else '-'} {worst[1]['rel_err'] if worst else 0:.2e}")
         print("  memory (MiB): " + ", ".join(
             f"{k}: start {v['start']:.0f} peak {v['peak']:.0f} (+{v['peak_minus_start']:.0f})"
             for k, v in res["memory_mb"].items()))
@@ -665,6 +881,87 @@ def topk_crossover(args) -> dict:
             "current_constant": topk.AUTO_CROSSOVER_N}
 
 
+# ------------------------------------------------------------------------ provenance and README
+def provenance() -> dict:
+    """The commit measured (``-dirty`` when the work tree differs), the UTC date, and how many
+    times each model was run (one: every number is a single run; see the README for the spread)."""
+    import subprocess
+
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
+                                   timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
+    return {"commit": commit, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+            "repeats": 1}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+README_START = "<!-- bench-table:start (python -m bench.run --readme) -->"
+README_END = "<!-- bench-table:end -->"
+
+
+def readme_table(results: dict) -> str:
+    """The README's Speed table, from a bench results file: per model and claim, each stage's
+    seconds (ours / loop, CPU), the ratio, and peak memory."""
+    m = results["machine"]
+    lines = [README_START,
+             f"Measured {results.get('date_utc', '?')} UTC at commit {results.get('commit', '?')}, "
+             f"{m['cpus']} CPUs ({m.get('cpu_model', '?')}), torch/BLAS threads "
+             f"{m['threads'].get('torch')}, {results.get('repeats', 1)} run; load average before "
+             f"/ after {m['load_before'][0]} / {m['load_after'][0]}. Seconds are per-thread CPU "
+             "time (wall time on a shared machine measures the neighbours); `*` = the loop was "
+             "timed on a subset of heads and extrapolated.", ""]
+    for res in results["models"]:
+        lines += [f"**{res['model']}**: {res['n_samples']} samples, {res['n_heads_total']:,} "
+                  f"heads, N {res['tokens']['min']}–{res['tokens']['max']}, d {res['head_dim']}.",
+                  "", "| claim | stage | ours CPU s | loop CPU s | ratio CPU | ours wall s | "
+                  "ratio wall | peak RSS MiB |", "|---|---|---|---|---|---|---|---|"]
+        for row in res["stages"]:
+            if row["stage"] in ("load model", "report (records + HTML)"):
+                continue
+            star = "*" if row.get("ref_extrapolated") else ""
+            ref = f"{row['ref_cpu_s']:.1f}{star}" if row.get("ref_cpu_s") is not None else "–"
+            bold = "**" if "all heads" in row["stage"] else ""
+            lines.append(
+                f"| {row['claim']} | {bold}{row['stage']}{bold} | {_fmt(row['ours_cpu_s'])} | "
+                f"{ref} | {bold}{_fmt(row.get('ratio_cpu'), 2)}{bold} | "
+                f"{_fmt(row['ours_wall_s'])} | {_fmt(row.get('ratio_wall'), 2)} | "
+                f"{row['peak_rss_mb']:.0f} |")
+        agree = [f"V {'passed' if (res['agreement'] or {}).get('passed') else 'FAILED'}"]
+        agree += [f"{c} {'passed' if (x['agreement'] or {}).get('passed') else 'FAILED'}"
+                  for c, x in res.get("claims", {}).items()]
+        lines += ["", "Agreement with the loop (1e-6 relative): " + ", ".join(agree) + ".", ""]
+    lines.append(README_END)
+    return "\n".join(lines)
+
+
+def update_readme(results_path: Path, readme: Path = ROOT / "README.md") -> None:
+    """Replace the block between :data:`README_START` and :data:`README_END` in the README by
+    :func:`readme_table` of ``results_path``."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise SystemExit(f"{readme} has no bench table markers ({README_START!r} ... "
+                         f"{README_END!r}); add them where the table belongs")
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    table = readme_table(json.loads(results_path.read_text()))
+    readme.write_text(head + table + tail)
+
+
 # ---------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
@@ -696,7 +993,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu",
                    help="where our path's math runs: cpu (default), cuda, cuda:N or mps, as "
                         "`pytest claims/ --device` (the reference stays on the CPU)")
+    p.add_argument("--readme", action="store_true",
+                   help="no run: rewrite the README's Speed table from the results file "
+                        "(--out, default bench/results.json)")
     args = p.parse_args(argv)
+    if args.readme:
+        update_readme(Path(args.out or "bench/results.json"))
+        print("README.md: Speed table rewritten from", args.out or "bench/results.json")
+        return 0
     from fixtures.device import resolve_device
 
     try:
@@ -725,8 +1029,8 @@ def main(argv: list[str] | None = None) -> int:
     sampler = RssSampler()
     load_before = [round(x, 2) for x in os.getloadavg()]
     command = " ".join([sys.executable, "-m", "bench.run", *sys.argv[1:]])
-    results = {"schema": SCHEMA, "command": command,
-               "machine": {"cpus": os.cpu_count(), "threads": threads,
+    results = {"schema": SCHEMA, "command": command, **provenance(),
+               "machine": {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "threads": threads,
                            "platform": platform.platform(),
                            "python": platform.python_version(), "torch": torch.__version__,
                            "numpy": np.__version__, "load_before": load_before},
@@ -748,8 +1052,10 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(results, indent=1, default=str))
     print_table(results)
     print(f"\nwritten: {out}")
-    failed = [r["model"] for r in results["models"]
-              if r["agreement"] and not r["agreement"]["passed"]]
+    failed = [f"{r['model']} claim {claim}" for r in results["models"]
+              for claim, ag in (("V", r["agreement"]),
+                                *((c, x["agreement"]) for c, x in r.get("claims", {}).items()))
+              if ag and not ag["passed"]]
     if failed:
         print(f"AGREEMENT FAILED for {failed}: ratios withheld (see 'failures' in {out})",
               file=sys.stderr)

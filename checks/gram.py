@@ -7,6 +7,7 @@ method §1 (``docs/method.md``); nothing here loops over heads or samples.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -121,6 +122,16 @@ def sorted_eigh(matrix: torch.Tensor, top: int | None = None) -> tuple[torch.Ten
     return mu[..., -m:].flip(-1), fix_signs(vecs[..., -m:].flip(-1))
 
 
+def sorted_eigvalsh(matrix: torch.Tensor, top: int | None = None) -> torch.Tensor:
+    """Eigenvalues of symmetric matrices, descending: all N, or the ``top`` leading ones [..., M].
+
+    No eigenvectors (LAPACK's values-only path): for callers that need the spectrum alone.
+    """
+    sym = 0.5 * (matrix + matrix.transpose(-1, -2))
+    mu = torch.linalg.eigvalsh(sym).flip(-1)
+    return mu if top is None else mu[..., :top]
+
+
 def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     """V̂ = G (I − 11ᵀ/N) A with G = diag(1/g_j): v̂_j = (a_j − mean_m a_m)/g_j (P1 Eq. 6; spec §1).
 
@@ -194,12 +205,13 @@ class KeyGram:
     leading eigenpairs (M = min(m, N)), found by :func:`checks.topk.top_eigh` with
     ``eigen_method`` ("auto": the full eigh up to its measured crossover size, subspace iteration
     above): claim V needs only the top d, and for long sequences that avoids the O(N³) full
-    decomposition.
+    decomposition. ``eigenvectors=False`` computes eigenvalues only (``eigvalsh``; ``eigenvectors``
+    is then None). ``threshold`` and ``undetermined`` are computed on first access.
     """
 
     def __init__(self, k: torch.Tensor, scale: float | None = None, standardize: bool = False,
                  dtype: torch.dtype = DEFAULT_DTYPE, top: int | None = None,
-                 eigen_method: str = "auto"):
+                 eigen_method: str = "auto", eigenvectors: bool = True):
         if k.ndim < 2:
             raise ValueError(f"keys must have shape [..., N, d], got {tuple(k.shape)}")
         n, d = k.shape[-2], k.shape[-1]
@@ -223,21 +235,37 @@ class KeyGram:
         check_finite(unit_centred, "centred Gram matrix")
         peak = torch.exp(log_peak)
         self._unit, self._unit_centred, self._peak = unit, unit_centred, peak
-        if top is None:
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+            raise ValueError(f"top must be a positive int (eigenpairs to keep), got {top!r}")
+        if not eigenvectors:  # eigenvalues only (claim E's routes): no eigenvector work at all
+            mu = sorted_eigvalsh(unit_centred, None if top is None else min(top, n))
+            self.eigenvectors = None
+        elif top is None:
             mu, self.eigenvectors = sorted_eigh(unit_centred)
         else:
-            if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-                raise ValueError(f"top must be a positive int (eigenpairs to keep), got {top!r}")
             from .topk import top_eigh  # topk builds on this module
 
             mu, self.eigenvectors = top_eigh(unit_centred, min(top, n), method=eigen_method)
-        unit_threshold = undetermined_threshold(unit)
+        self._unit_mu = mu
         self.eigenvalues = mu * peak.unsqueeze(-1)
-        self.threshold = unit_threshold * peak
-        if d <= n:
-            self.undetermined = mu[..., d - 1] <= unit_threshold
-        else:  # fewer tokens than value dimensions: V̂ cannot have d determined columns
-            self.undetermined = torch.ones(k.shape[:-2], dtype=torch.bool, device=k.device)
+
+    @functools.cached_property
+    def _unit_threshold(self) -> torch.Tensor:
+        """N·ε·‖K_φ/max K_φ‖₂ (Lanczos), computed on first use: a caller that needs only the
+        spectrum (claim E's routes) never pays for it."""
+        return undetermined_threshold(self._unit)
+
+    @property
+    def threshold(self) -> torch.Tensor:
+        """N·ε·‖K_φ‖₂ [...] (spec §2, "Undetermined heads")."""
+        return self._unit_threshold * self._peak
+
+    @functools.cached_property
+    def undetermined(self) -> torch.Tensor:
+        """μ_d ≤ N·ε·‖K_φ‖₂, bool [...]; always True when N < d (V̂ cannot have d columns)."""
+        if self.d <= self.n:
+            return self._unit_mu[..., self.d - 1] <= self._unit_threshold
+        return torch.ones(self._peak.shape, dtype=torch.bool, device=self._peak.device)
 
     @property
     def gram(self) -> torch.Tensor:
@@ -252,6 +280,8 @@ class KeyGram:
     def axes(self, m: int | None = None) -> torch.Tensor:
         """A = [a_1 … a_m], the top-m unit eigenvectors (m = d by default), shape [..., N, m]."""
         m = min(self.d if m is None else m, self.n)
+        if self.eigenvectors is None:
+            raise ValueError("this KeyGram was built with eigenvectors=False (eigenvalues only)")
         available = self.eigenvectors.shape[-1]
         if m > available:
             raise ValueError(f"only the top {available} eigenvectors were computed (top=...), "

@@ -108,7 +108,8 @@ def direct_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def optimal_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean of matched cosines under the matching π maximising Σ_j cos(x_j, y_π(j)) (spec §2, P2).
 
-    π comes from :func:`checks.assignment.optimal_matching` (Hungarian method), shape [...].
+    π comes from :func:`checks.assignment.optimal_matching` (SciPy's Hungarian solver by
+    default), shape [...].
 
     Shuffled tokens are matched back, so V = V̂ up to token order scores 1:
 

@@ -76,3 +76,69 @@ def test_reference_rejects_bad_shapes():
         reference_head(k, v, a0)
     with pytest.raises(ValueError, match="NaN"):
         reference_head(k[0] * float("nan"), v[0], a0[0])
+
+
+# ------------------------------------------------------------------ claims J and E (bench loops)
+def test_reference_j_equals_the_batched_terms():
+    from bench.reference import J_NAMES, reference_j_head
+    from checks.projection import log_phi_sq_norm_p1_code, projection_terms_batched
+
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(4, 17, 6, generator=g, dtype=F64) for _ in range(3))
+    exact = projection_terms_batched(q, k, v)
+    p1 = log_phi_sq_norm_p1_code(q, k)
+    ours = {"log_phi_sq_mean": torch.logsumexp(exact["log_phi_sq"], -1) - math.log(17),
+            "phi_sq_mean": exact["phi_sq"].mean(-1), "h_sq_mean": exact["h_sq"].mean(-1),
+            "j_proj": exact["j_proj"], "bessel_share": exact["bessel_share"],
+            "p1_log_phi_sq_mean": torch.logsumexp(p1, -1) - math.log(17)}
+    clock = StageClock()
+    for b in range(4):
+        ref = reference_j_head(q[b], k[b], v[b], clock=clock)
+        assert set(ref) == set(J_NAMES)
+        for name in J_NAMES:
+            assert close(float(ours[name][b]), ref[name], 1e-10), (name, b)
+    assert set(clock.wall) == {"phi", "h", "summaries"}
+
+
+@pytest.mark.parametrize("key_scale", [1.0, 40.0])  # 40: the naive float32 route overflows
+def test_reference_e_equals_the_batched_spectra_and_spreads(key_scale):
+    from bench.reference import reference_e_head
+    from checks import spectrum
+
+    g = torch.Generator().manual_seed(6)
+    k = key_scale * torch.randn(3, 24, 6, generator=g, dtype=F64)
+    v = torch.randn(3, 24, 6, generator=g, dtype=F64)
+    captured = {}
+    orig = spectrum.perturbed_axes
+
+    def keep(*a, **kw):
+        captured["axes"] = orig(*a, **kw)
+        return captured["axes"]
+
+    spectrum.perturbed_axes = keep
+    try:
+        gamma = spectrum.gamma_spread_batched(k, v, seed=1)
+    finally:
+        spectrum.perturbed_axes = orig
+    raw = spectrum.gram_spectrum_batched(k)[..., :6]
+    std = spectrum.gram_spectrum_batched(k, standardize=True)[..., :6]
+    naive = spectrum.naive_gram_spectrum(k)
+    clock = StageClock()
+    for b in range(3):
+        ref = reference_e_head(k[b], v[b], captured["axes"][b], clock=clock)
+        for name, ours in (("mu_log_raw", raw[b]), ("mu_log_standardized", std[b])):
+            top = float(ours.abs().max())
+            assert torch.allclose(ours, torch.from_numpy(ref[name]), rtol=1e-8, atol=1e-8 * top)
+        assert bool(naive.finite[b]) == bool(ref["naive_finite"])
+        if naive.finite[b]:
+            mu = naive.mu[b, :6]
+            assert torch.allclose(mu, torch.from_numpy(ref["mu_naive_float32"]), rtol=1e-3,
+                                  atol=1e-4 * float(mu.abs().max()))
+        for name in ("learned", "perturbed"):
+            assert close(float(gamma[name][b].mean()), ref[f"gamma_{name}"], 1e-8), name
+            assert close(float(gamma[f"{name}_abs"][b].mean()), ref[f"gamma_{name}_abs"], 1e-8,
+                         floor=1e-300), name
+        assert bool(gamma["undetermined"][b]) == bool(ref["undetermined"])
+    assert set(clock.wall) == {"gram", "eigen", "naive", "gamma"}
+    if key_scale > 1:
+        assert not bool(naive.finite.all())  # the case the test is for
