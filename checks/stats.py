@@ -42,7 +42,7 @@ def position_between(value: float, at_zero: float, at_one: float) -> float:
 # ------------------------------------------------------------------ uncertainty (method §7)
 #: Resamples of the percentile bootstrap and of the sign-flip test (method §7). Both are
 #: vectorised: one index (or sign) matrix, one gather or matrix product for all metrics.
-BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_RESAMPLES = 1000
 PERMUTATION_RESAMPLES = 9999
 #: Up to this many kept samples the sign-flip test enumerates all 2**n sign patterns (exact p).
 EXACT_SIGN_FLIP_MAX_N = 13
@@ -62,12 +62,22 @@ def bootstrap_indices(n: int, seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -
     return torch.randint(0, max(int(n), 1), (int(resamples), max(int(n), 1)), generator=gen)
 
 
+def bootstrap_weights(n: int, seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -> torch.Tensor:
+    """[resamples, n] float64: how often each sample is drawn in each resample of
+    :func:`bootstrap_indices` (same seed, same resamples), so that a resampled sum is one matrix
+    product ``weights @ values`` instead of a gather of [resamples, n, metrics]."""
+    idx = bootstrap_indices(n, seed, resamples)
+    weights = torch.zeros(idx.shape[0], max(int(n), 1), dtype=torch.float64)
+    return weights.scatter_add_(1, idx, torch.ones_like(idx, dtype=torch.float64))[:, :max(int(n), 0) or 1]
+
+
 def percentile_interval(draws: torch.Tensor, level: float = 0.95) -> torch.Tensor:
     """[..., 2]: the (1−level)/2 and (1+level)/2 quantiles (linear interpolation) of ``draws``
     along dim 0, ignoring NaN draws (a resample with no usable sample)."""
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-    out = torch.nanquantile(draws.to(torch.float64), q, dim=0)  # [2, ...]
-    return out.movedim(0, -1)
+    draws = draws.to(torch.float64)
+    quantile = torch.nanquantile if bool(torch.isnan(draws).any()) else torch.quantile
+    return quantile(draws, q, dim=0).movedim(0, -1)
 
 
 def bootstrap_ratio_ci(sums: torch.Tensor, counts: torch.Tensor, seed: int,
@@ -80,9 +90,9 @@ def bootstrap_ratio_ci(sums: torch.Tensor, counts: torch.Tensor, seed: int,
     heads together (model level); with one unit per sample it is the bootstrap of a plain mean.
     Returns (draws [R, M], interval [M, 2]); resamples with no unit give NaN draws, ignored.
     """
-    idx = bootstrap_indices(sums.shape[0], seed, resamples)
-    s = sums.to(torch.float64)[idx].sum(1)  # [R, M]
-    c = counts.to(torch.float64)[idx].sum(1, keepdim=True)  # [R, 1]
+    weights = bootstrap_weights(sums.shape[0], seed, resamples)  # [R, S]: times drawn
+    s = weights @ sums.to(torch.float64)  # [R, M]
+    c = weights @ counts.to(torch.float64).reshape(-1, 1)  # [R, 1]
     draws = torch.where(c > 0, s / c.clamp_min(1), torch.full_like(s, float("nan")))
     return draws, percentile_interval(draws, level)
 
@@ -132,17 +142,18 @@ def sign_flip_pvalues(diff: torch.Tensor, keep: torch.Tensor | None, seed: int,
 
 
 def adjust_pvalues(p: torch.Tensor, method: str = "bh") -> torch.Tensor:
-    """Multiplicity-adjusted p-values over the last axis: "bh" (Benjamini–Hochberg, through
-    ``scipy.stats.false_discovery_control``), "holm", or "none" (method §7)."""
+    """Multiplicity-adjusted p-values over the last axis: "bh" (Benjamini–Hochberg, the values
+    of ``scipy.stats.false_discovery_control``), "holm", or "none" (method §7)."""
     p = p.to(torch.float64)
     if method == "none" or p.shape[-1] <= 1:
         return p.clone()
-    if method == "bh":
-        from scipy.stats import false_discovery_control
-
-        return torch.from_numpy(false_discovery_control(p.numpy(), axis=-1, method="bh")).to(torch.float64)
+    m = p.shape[-1]
+    if method == "bh":  # as scipy.stats.false_discovery_control(method="bh"), without its import
+        order = p.argsort(-1)
+        scaled = p.gather(-1, order) * m / torch.arange(1, m + 1, dtype=torch.float64)
+        scaled = scaled.flip(-1).cummin(-1).values.flip(-1).clamp_max(1.0)
+        return torch.empty_like(p).scatter_(-1, order, scaled)
     if method == "holm":
-        m = p.shape[-1]
         order = p.argsort(-1)
         sorted_p = p.gather(-1, order) * torch.arange(m, 0, -1, dtype=torch.float64)
         sorted_p = torch.cummax(sorted_p, -1).values.clamp_max(1.0)

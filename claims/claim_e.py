@@ -7,7 +7,7 @@ import math
 import torch
 
 from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
-from checks.stats import (bootstrap_indices, bootstrap_mean_ci, masked_mean, percentile_interval,
+from checks.stats import (bootstrap_indices, bootstrap_weights, masked_mean, percentile_interval,
                           position_between, seed_from)
 
 from . import verdicts
@@ -118,7 +118,10 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
               "metrics": {**means, "gamma_position": position}, "abs": absolute,
               "closer_to_eigen_share": float(closer[keep].to(torch.float64).mean()),
               "n_samples": n, "n_undetermined": n_undet}
-    record["ci"] = gamma_ci(t, head, keep, seed_from(f"E-{model}-L{layer:02d}-H{head}"))
+    keeps = t["undetermined"]  # every head's kept samples, as above, for the layer's one pass
+    share = keeps.to(torch.float64).mean(0)
+    keeps = torch.where(share > max_share, torch.ones_like(keeps), ~keeps)
+    record["ci"] = gamma_ci(t, keeps, seed_from(f"E-{model}-L{layer:02d}"))[head]
     record["rules"] = rules
     if n_undet / max(n, 1) > max_share:
         record.update(verdict=verdicts.UNDETERMINED,
@@ -133,20 +136,35 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     return record
 
 
-def gamma_ci(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor, seed: int) -> dict:
-    """95% percentile-bootstrap CIs over the kept samples (method §7) of the γ-spread means and
-    of the γ position recomputed from each resample's three means."""
+_GAMMA_CACHE: dict[tuple, list[dict]] = {}
+
+
+def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[dict]:
+    """95% percentile-bootstrap CIs over samples (method §7) of the γ-spread means and of the γ
+    position recomputed from each resample's three means, for every head of a layer at once
+    (``keep`` [S, H]: the samples each head's means use), all heads sharing the resamples of
+    ``seed``: one [R, S] × [S, H·3] product per layer. Memoised per layer tensors."""
+    key = (id(t), seed, keep.numpy().tobytes())
+    if key in _GAMMA_CACHE:
+        return _GAMMA_CACHE[key]
     settings = verdicts.rule_set_settings()
-    values = torch.stack([t[f"gamma_{name}"][:, head][keep].to(torch.float64)
-                          for name in ("learned", "eigen", "perturbed")], dim=1)  # [S_kept, 3]
-    draws, ci = bootstrap_mean_ci(values, seed, int(settings["bootstrap_resamples"]),
-                                  float(settings["confidence"]))
-    gap = draws[:, 2] - draws[:, 1]
-    position = torch.where(gap > 0, (draws[:, 0] - draws[:, 1]) / gap.clamp_min(1e-300),
+    level = float(settings["confidence"])
+    k = keep.to(torch.float64)  # [S, H]
+    values = torch.stack([t[f"gamma_{name}"].to(torch.float64)
+                          for name in ("learned", "eigen", "perturbed")], dim=-1)  # [S, H, 3]
+    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))
+    sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
+        weights.shape[0], *values.shape[1:])
+    counts = (weights @ k).unsqueeze(-1)
+    draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, math.nan))
+    gap = draws[..., 2] - draws[..., 1]
+    position = torch.where(gap > 0, (draws[..., 0] - draws[..., 1]) / gap.clamp_min(1e-300),
                            torch.full_like(gap, math.inf))
-    out = {name: [float(ci[i, 0]), float(ci[i, 1])]
-           for i, name in enumerate(("learned", "eigen", "perturbed"))}
-    out["gamma_position"] = [float(x) for x in percentile_interval(position, float(settings["confidence"]))]
+    ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level).tolist()
+    out = [dict(zip(("learned", "eigen", "perturbed", "gamma_position"), head)) for head in ci]
+    if len(_GAMMA_CACHE) > 64:
+        _GAMMA_CACHE.clear()
+    _GAMMA_CACHE[key] = out
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from checks.stats import (adjust_pvalues, bootstrap_ratio_ci, excess_over_null, masked_mean,
+from checks.stats import (adjust_pvalues, bootstrap_weights, excess_over_null, masked_mean,
                           percentile_interval, seed_from, sign_flip_pvalues)
 
 from . import verdicts
@@ -58,25 +58,40 @@ def _undetermined_reason(n_undet: int, n_total: int, few: torch.Tensor | None,
     return "; ".join(parts) + ": V_hat is not determined by the keys (spec §2)"
 
 
-def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> dict:
+def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
+                   per_unit: bool = False) -> dict | list[dict]:
     """95% percentile-bootstrap CIs over samples (method §7) of every metric's mean and its
     null's, and of the subspace-overlap excess (from the same resamples of overlap and null).
 
-    ``metrics[name]`` and ``keep`` are [S, U]: S samples, U units per sample (1 for a head, the
-    selected (layer, head) pairs for a model); a resample draws whole samples, so each sample's
-    heads stay together, and a unit counts where ``keep`` is True."""
+    ``metrics[name]`` and ``keep`` are [S, U]: S samples, U units per sample (the selected
+    (layer, head) pairs of a model). Pooled (default): one interval set for the mean over all
+    kept units, a resample drawing whole samples so each sample's heads stay together (model
+    level). ``per_unit``: one interval set per unit (head level), all units sharing the resamples
+    of ``seed``, so that the whole model costs one [R, S] × [S, units × metrics] product and a
+    head's interval does not depend on which other heads are selected."""
     settings = verdicts.rule_set_settings()
+    level = float(settings["confidence"])
     names = [n for name in METRICS for n in (name, f"{name}_null")]
-    k = keep.to(torch.float64)
-    sums = torch.stack([(metrics[n].to(torch.float64) * k).sum(1) for n in names], dim=1)
-    draws, ci = bootstrap_ratio_ci(sums, k.sum(1), seed, int(settings["bootstrap_resamples"]),
-                                   float(settings["confidence"]))
-    out_ci = {n: [float(ci[i, 0]), float(ci[i, 1])] for i, n in enumerate(names)}
-    ov, ov_null = draws[:, names.index("subspace_overlap")], draws[:, names.index("subspace_overlap_null")]
-    ex = percentile_interval(excess_over_null(ov, ov_null), float(settings["confidence"]))
-    out_ci["subspace_overlap_excess"] = [float(ex[0]), float(ex[1])]
-    return {"ci": {n: out_ci[n] for n in (*METRICS, "subspace_overlap_excess")},
-            "ci_null": {n: out_ci[f"{n}_null"] for n in METRICS}}
+    k = keep.to(torch.float64)  # [S, U]
+    values = torch.stack([metrics[n].to(torch.float64) for n in names], dim=-1)  # [S, U, M]
+    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))  # [R, S]
+    if per_unit:
+        sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
+            weights.shape[0], *values.shape[1:])  # [R, U, M]
+        counts = (weights @ k).unsqueeze(-1)  # [R, U, 1]
+    else:
+        sums = (weights @ (values * k.unsqueeze(-1)).sum(1)).unsqueeze(1)  # [R, 1, M]
+        counts = (weights @ k.sum(1, keepdim=True)).unsqueeze(-1)  # [R, 1, 1]
+    draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, float("nan")))
+    ov, ov_null = draws[..., names.index("subspace_overlap")], draws[..., names.index("subspace_overlap_null")]
+    draws = torch.cat([draws, excess_over_null(ov, ov_null).unsqueeze(-1)], dim=-1)
+    ci = percentile_interval(draws, level).tolist()  # [U, M + 1, 2]
+    out = []
+    for unit in ci:
+        by_name = dict(zip([*names, "subspace_overlap_excess"], unit))
+        out.append({"ci": {n: by_name[n] for n in (*METRICS, "subspace_overlap_excess")},
+                    "ci_null": {n: by_name[f"{n}_null"] for n in METRICS}})
+    return out if per_unit else out[0]
 
 
 def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> torch.Tensor:
@@ -125,10 +140,16 @@ def _keep_mask(undetermined: torch.Tensor) -> tuple[torch.Tensor, bool]:
 _CHANCE_CACHE: dict[tuple, dict] = {}
 
 
-def head_chance_tests(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
-                      heads: list[int]) -> dict[tuple[int, int], dict]:
-    """The test against chance of every selected (layer, head) of a model, BH-adjusted (or as
-    ``[rule_sets.ours].correction`` says) across those heads, per metric (method §7).
+def head_seed(model: str) -> int:
+    """The seed of the head-level bootstrap resamples of a model's claim-V records."""
+    return seed_from(f"V-{model}-heads")
+
+
+def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
+                    heads: list[int]) -> dict[tuple[int, int], dict]:
+    """Per selected (layer, head) of a model: ``vs_null`` (the test against chance, BH-adjusted,
+    or as ``[rule_sets.ours].correction`` says, across those heads, per metric) and ``ci`` /
+    ``ci_null`` (bootstrap intervals, all heads in one pass) (method §7).
 
     All units share one sign matrix seeded from the model name, so a head's raw p-value does not
     depend on which heads are selected; the adjusted one depends on the selection (the family).
@@ -145,7 +166,12 @@ def head_chance_tests(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     adjusted = adjust_pvalues(p.T, verdicts.rule_set_settings()["correction"]).T
     units = [(l, h) for l in layers for h in heads]
     n_kept = keep.sum(0)
-    result = {unit: vs_null_record(p[i], adjusted[i], int(n_kept[i])) for i, unit in enumerate(units)}
+    result = {unit: {"vs_null": vs_null_record(p[i], adjusted[i], int(n_kept[i]))}
+              for i, unit in enumerate(units)}
+    all_metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
+                   for name in METRICS for n in (name, f"{name}_null")}
+    for unit, stats in zip(units, interval_stats(all_metrics, keep, head_seed(model), per_unit=True)):
+        result[unit].update(stats)
     if len(_CHANCE_CACHE) > 64:
         _CHANCE_CACHE.clear()
     _CHANCE_CACHE[key] = result
@@ -154,7 +180,8 @@ def head_chance_tests(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
 
 def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
            few_tokens: torch.Tensor | None = None, n_tokens: torch.Tensor | None = None,
-           seed: int = 0, vs_null: dict | None = None, rules: str = "ours") -> dict:
+           seed: int = 0, vs_null: dict | None = None, rules: str = "ours",
+           intervals: dict | None = None) -> dict:
     """The verdict for one unit (a head over its samples, or a model over its heads and samples).
 
     ``metrics[name]``, ``undetermined`` and the optional ``few_tokens`` (N ≤ d) and ``n_tokens``
@@ -162,6 +189,8 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
     sample). ``seed`` seeds the bootstrap; ``vs_null`` is the head's test against chance (for a
     model, None: the test over samples of the per-sample mean difference is run here).
     ``rules`` picks the rule set whose verdict is ``"verdict"``; both are in ``"verdicts"``.
+    ``intervals``: precomputed ``{"ci", "ci_null"}`` (:func:`head_statistics`); else computed
+    here from ``seed``.
     """
     s = undetermined.shape[0] if undetermined.ndim else 1
     grid = {name: t.reshape(s, -1) for name, t in metrics.items()}
@@ -175,7 +204,7 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
     lengths = None if n_tokens is None else n_tokens.reshape(-1)
     if n_total == 0 or share > _undetermined_max_share() or int(keep.sum()) == 0:
         summary = summarize(flat, torch.ones_like(keep))  # recorded, flagged, not judged
-        stats = interval_stats(grid, torch.ones_like(undet2), seed) if n_total else {}
+        stats = intervals or (interval_stats(grid, torch.ones_like(undet2), seed) if n_total else {})
         return {"verdict": verdicts.UNDETERMINED, **summary, **stats,
                 "verdicts": {r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS}, "rules": rules,
                 "n_samples": n_total,
@@ -183,7 +212,7 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
                 "reason": _undetermined_reason(n_undet, n_total, few, lengths)}
     summary = summarize(flat, keep)
     keep2 = ~undet2
-    stats = interval_stats(grid, keep2, seed)
+    stats = intervals or interval_stats(grid, keep2, seed)
     if vs_null is None:  # model level: one test over samples of the per-sample mean difference
         k = keep2.to(torch.float64)
         count = k.sum(1, keepdim=True)
@@ -223,22 +252,24 @@ _NOT_METRICS = ("undetermined", "mu_d", "threshold", "few_tokens", "n_tokens")
 
 
 def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torch.Tensor],
-                vs_null: dict | None = None, rules: str = "ours") -> dict:
-    """The record of one head. ``vs_null``: its entry of :func:`head_chance_tests` (adjusted
-    across the model's selected heads); without it the head is tested alone (no adjustment)."""
+                statistics: dict | None = None, rules: str = "ours") -> dict:
+    """The record of one head. ``statistics``: its entry of :func:`head_statistics` (the test
+    against chance adjusted across the model's selected heads, and the intervals); without it
+    the head is tested alone (no adjustment), with the same bootstrap resamples."""
     per_head = {name: t[:, head] for name, t in layer_metrics.items()
                 if name not in _NOT_METRICS and not name.startswith("p2code_")}
     extra = {name: layer_metrics[name][:, head] for name in ("few_tokens", "n_tokens")
              if name in layer_metrics}
     undet = layer_metrics["undetermined"][:, head]
-    if vs_null is None:
+    if statistics is None:
         keep, _ = _keep_mask(undet)
-        p = chance_pvalues({n: per_head[n].unsqueeze(1) for m in CHANCE_METRICS
-                            for n in (m, f"{m}_null")}, keep.unsqueeze(1),
-                           seed_from(f"{model}-V-vs-null"))[0]
-        vs_null = vs_null_record(p, p, int(keep.sum()))
-    result = decide(per_head, undet, **extra, seed=seed_from(f"V-{model}-L{layer:02d}-H{head}"),
-                    vs_null=vs_null, rules=rules)
+        grid = {n: per_head[n].unsqueeze(1) for m in METRICS for n in (m, f"{m}_null")}
+        p = chance_pvalues(grid, keep.unsqueeze(1), seed_from(f"{model}-V-vs-null"))[0]
+        statistics = {"vs_null": vs_null_record(p, p, int(keep.sum())),
+                      **interval_stats(grid, keep.unsqueeze(1), head_seed(model), per_unit=True)[0]}
+    intervals = {k: statistics[k] for k in ("ci", "ci_null")}
+    result = decide(per_head, undet, **extra, vs_null=statistics["vs_null"], rules=rules,
+                    intervals=intervals)
     result["mu_d_min"] = float(layer_metrics["mu_d"][:, head].min())
     p2_code = p2_code_summary(layer_metrics, head, _keep_mask(undet)[0])
     if p2_code is not None:

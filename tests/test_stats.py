@@ -78,6 +78,11 @@ def test_holm_and_bh_adjustments():
                                                                         dtype=torch.float64))
     assert torch.allclose(stats.adjust_pvalues(p, "bh"),
                           torch.tensor([0.04, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.5], dtype=torch.float64))
+    from scipy.stats import false_discovery_control
+
+    rand = torch.rand(3, 50, generator=torch.Generator().manual_seed(2), dtype=torch.float64) ** 3
+    assert torch.allclose(stats.adjust_pvalues(rand, "bh"),
+                          torch.from_numpy(false_discovery_control(rand.numpy(), axis=-1)))
     with pytest.raises(ValueError, match="unknown correction"):
         stats.adjust_pvalues(p, "bonferroni-ish")
 
@@ -101,8 +106,10 @@ def test_a_head_whose_v_is_v_hat_is_supported_with_its_ci_at_one_and_above_chanc
     k = torch.randn(8, 24, 4, generator=gen, dtype=torch.float64)
     v = KeyGram(k, top=4).kpca_values("p2")  # V = V̂ exactly
     layer = _layer_dict(k, v)
-    chance = claim_v.head_chance_tests("synthetic", {0: layer}, [0])
-    rec = claim_v.head_record("synthetic", 0, 0, layer, vs_null=chance[(0, 0)])
+    batch = claim_v.head_statistics("synthetic", {0: layer}, [0])
+    rec = claim_v.head_record("synthetic", 0, 0, layer, statistics=batch[(0, 0)])
+    alone = claim_v.head_record("synthetic", 0, 0, layer)  # same resamples: same intervals
+    assert alone["ci"] == rec["ci"] and alone["vs_null"] == rec["vs_null"]
     for metric in ("optimal_cosine", "linear_cka", "kernel_cka"):
         lo, hi = rec["ci"][metric]
         assert lo == pytest.approx(1.0, abs=1e-9) and hi == pytest.approx(1.0, abs=1e-9)
