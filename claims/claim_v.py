@@ -207,6 +207,7 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
         stats = intervals or (interval_stats(grid, torch.ones_like(undet2), seed) if n_total else {})
         return {"verdict": verdicts.UNDETERMINED, **summary, **stats,
                 "verdicts": {r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS}, "rules": rules,
+                **({"vs_null": vs_null} if vs_null else {}),
                 "n_samples": n_total,
                 "n_undetermined": n_undet, "n_few_tokens": 0 if few is None else int(few.sum()),
                 "reason": _undetermined_reason(n_undet, n_total, few, lengths)}

@@ -248,3 +248,15 @@ def test_serial_and_xdist_give_identical_cis_and_rules_picks_the_verdict(pyteste
         assert a[tid]["verdict"] == a[tid]["verdicts"]["ours"] and a[tid]["options"]["rules"] == "ours"
         assert c[tid]["verdict"] == c[tid]["verdicts"]["p2"] and c[tid]["options"]["rules"] == "p2"
         assert set(a[tid]["p2_code"]) == set(claim_v.P2_CODE_METRICS)
+
+
+def test_an_undetermined_head_still_carries_its_intervals_and_test():
+    gen = torch.Generator().manual_seed(4)
+    k = torch.randn(6, 24, 4, generator=gen, dtype=torch.float64)
+    layer = _layer_dict(k, torch.randn(6, 24, 4, generator=gen, dtype=torch.float64))
+    layer["undetermined"] = torch.ones(6, 1, dtype=torch.bool)
+    rec = claim_v.head_record("synthetic", 0, 0, layer,
+                              statistics=claim_v.head_statistics("synthetic", {0: layer}, [0])[(0, 0)])
+    assert rec["verdict"] == "undetermined"
+    assert rec["verdicts"] == {"p2": "undetermined", "ours": "undetermined"}
+    assert set(rec["ci"]) >= {"optimal_cosine", "linear_cka", "kernel_cka"} and "vs_null" in rec
