@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -76,8 +78,15 @@ def percentile_interval(draws: torch.Tensor, level: float = 0.95) -> torch.Tenso
     along dim 0, ignoring NaN draws (a resample with no usable sample)."""
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
     draws = draws.to(torch.float64)
+    big = torch.finfo(torch.float64).max  # ±inf draws (an undefined ratio) stay ±inf, not NaN
+    finite = draws.clamp(-big, big)
     quantile = torch.nanquantile if bool(torch.isnan(draws).any()) else torch.quantile
-    return quantile(draws, q, dim=0).movedim(0, -1)
+    out = quantile(finite, q, dim=0)
+    if bool(torch.isinf(draws).any()):  # interpolating towards an infinite neighbour gives ±inf
+        above = quantile(finite, q, dim=0, interpolation="higher")
+        below = quantile(finite, q, dim=0, interpolation="lower")
+        out = torch.where(above >= big, math.inf, torch.where(below <= -big, -math.inf, out))
+    return out.movedim(0, -1)
 
 
 def bootstrap_ratio_ci(sums: torch.Tensor, counts: torch.Tensor, seed: int,

@@ -2,6 +2,7 @@
 sets, and the p2-code variant (method §8), each against a known answer."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,13 @@ def test_bootstrap_ci_of_a_known_variance_mean_covers_the_true_mean_about_95_per
         covered += int(lo <= 2.0 <= hi)
     # percentile intervals run slightly short at n = 40 (≈ 93-94%); 200 reps: sd ≈ 1.6%
     assert 0.89 <= covered / 200 <= 0.98
+
+
+def test_an_interval_of_infinite_draws_is_infinite_not_nan():
+    draws = torch.tensor([[math.inf, 1.0], [math.inf, 2.0], [math.inf, math.inf]])
+    ci = stats.percentile_interval(draws)
+    assert ci[0].tolist() == [math.inf, math.inf]
+    assert ci[1, 0] > 1.0 and math.isinf(float(ci[1, 1]))
 
 
 def test_bootstrap_is_reproducible_and_keeps_a_samples_units_together():
