@@ -8,7 +8,8 @@ import torch
 
 from checks.errors import UndefinedValueError, defined, defined_values
 from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
-from checks.stats import masked_mean, position_between
+from checks.stats import (bootstrap_indices, bootstrap_weights, masked_mean, percentile_interval,
+                          position_between, seed_from)
 
 from . import verdicts
 
@@ -41,7 +42,7 @@ def _where_nonfinite(per_layer: dict[int, dict], heads: list[int]) -> str | None
 
 
 def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
-                 d: int) -> dict:
+                 d: int, rules: str = "ours") -> dict:
     layers = sorted(per_layer)
     tensors = [per_layer[l] for l in layers]
     routes, stats = {}, {}
@@ -64,16 +65,59 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
     undefined = {k: "a route has no finite sample, or a statistic is 0 on one route only"
                  for k, x in metrics.items() if not math.isfinite(x)}
     metrics = defined_values(metrics, undefined)
-    v = verdicts.judge(CLAIM, metrics, undefined=undefined)
+    per_sample_finite = torch.cat([t["naive_finite"][:, heads] for t in tensors], dim=1)
+    ci = _finite_intervals(route_ci(stats, per_sample_finite, seed_from(f"E-{model}-model")),
+                           metrics)
+    v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined)
     notes = {"undefined": undefined} if undefined else {}
     notes.update({"reason": v.reason} if v.reason else {})
     return {"claim": "E", "level": "model", "model": model, "layer": None, "head": None,
-            "verdict": v.verdict, "metrics": metrics, "routes": routes,
-            "route_ratios": defined_values(raw_std["ratio"], {}), "layers": layers,
-            "heads": heads, "evidence": verdicts.format_evidence(v), **notes}
+            "verdict": v.verdict, "verdicts": both, "rules": rules, "metrics": metrics, "ci": ci,
+            "routes": routes, "route_ratios": defined_values(raw_std["ratio"], {}),
+            "layers": layers, "heads": heads,
+            "evidence": verdicts.format_evidence(v, ci=ci, both=both), **notes}
 
 
-def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -> dict:
+def _finite_intervals(ci: dict, metrics: dict) -> dict:
+    """The intervals of the defined metrics whose bounds are finite (method §6.2: no inf or NaN
+    in a record; a metric without an interval is judged on its value)."""
+    return {k: b for k, b in ci.items() if metrics.get(k) is not None
+            and all(math.isfinite(float(x)) for x in b)}
+
+
+def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """max(a/b, b/a) elementwise as :func:`checks.spectrum.route_comparison` defines it: 1 for
+    equal values, inf for an undefined side, opposite signs or exactly one zero."""
+    with torch.no_grad():
+        r = torch.maximum(a / b, b / a)
+    bad = ~torch.isfinite(a) | ~torch.isfinite(b) | ((a == 0) ^ (b == 0)) | (a * b < 0)
+    r = torch.where(a == b, torch.ones_like(r), r)
+    return torch.where(bad, torch.full_like(r, math.inf), r)
+
+
+def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
+    """95% percentile-bootstrap CIs over samples (method §7) of the route ratios and the naive
+    route's finite share: each resample recomputes every route's across-sample mean of each
+    statistic (finite samples only, as :func:`checks.spectrum.eigenvalue_statistics`) and the
+    ratios from them. ``finite`` [S, units]: the naive route's finiteness per (sample, unit)."""
+    settings = verdicts.rule_set_settings()
+    per = {route: torch.stack([stats[route]["per_sample"][k].to(torch.float64) for k in STATISTICS],
+                              dim=1) for route in ROUTES}  # [S, statistics], NaN: non-finite sample
+    idx = bootstrap_indices(finite.shape[0], seed, int(settings["bootstrap_resamples"]))
+    means = {route: torch.nanmean(x[idx], dim=1) for route, x in per.items()}  # [R, statistics]
+    raw_std = _ratio(means["log_raw"], means["log_standardized"]).amax(-1)
+    pairs = torch.stack([_ratio(means[a], means[b]).amax(-1) for a, b in
+                         (("log_raw", "log_standardized"), ("log_raw", "naive_float32"),
+                          ("log_standardized", "naive_float32"))]).amax(0)
+    share = finite.to(torch.float64).mean(1)[idx].mean(1)
+    level = float(settings["confidence"])
+    return {name: [float(x) for x in percentile_interval(draws, level)]
+            for name, draws in (("raw_vs_standardized_ratio", raw_std), ("max_route_ratio", pairs),
+                                ("naive_finite_share", share))}
+
+
+def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
+                rules: str = "ours") -> dict:
     undetermined = t["undetermined"][:, head]
     keep = ~undetermined
     n, n_undet = int(keep.numel()), int(undetermined.sum())
@@ -99,15 +143,56 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor]) -
               "metrics": {**means, "gamma_position": position}, "abs": absolute,
               "closer_to_eigen_share": float(closer[keep].to(torch.float64).mean()),
               "n_samples": n, "n_undetermined": n_undet}
+    keeps = t["undetermined"]  # every head's kept samples, as above, for the layer's one pass
+    share = keeps.to(torch.float64).mean(0)
+    keeps = torch.where(share > max_share, torch.ones_like(keeps), ~keeps)
+    record["ci"] = _finite_intervals(gamma_ci(t, keeps, seed_from(f"E-{model}-L{layer:02d}"))[head],
+                                     record["metrics"])
+    record["rules"] = rules
     if n_undet / max(n, 1) > max_share:
         record.update(verdict=verdicts.UNDETERMINED,
+                      verdicts={r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS},
                       reason=f"{n_undet} of {n} samples have an undetermined eigen control "
                              "(mu_d is round-off, spec §2)")
         return record
-    v = verdicts.judge(GAMMA, {"gamma_position": position}, undefined=undefined)
-    record.update(verdict=v.verdict, evidence=verdicts.format_evidence(v))
+    v, both = verdicts.judge_both(GAMMA, {"gamma_position": position}, record["ci"],
+                                  rules_name=rules, undefined=undefined)
+    record.update(verdict=v.verdict, verdicts=both,
+                  evidence=verdicts.format_evidence(v, ci=record["ci"], both=both))
     record.update({"undefined": undefined, "reason": v.reason} if undefined else {})
     return record
+
+
+_GAMMA_CACHE: dict[tuple, list[dict]] = {}
+
+
+def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[dict]:
+    """95% percentile-bootstrap CIs over samples (method §7) of the γ-spread means and of the γ
+    position recomputed from each resample's three means, for every head of a layer at once
+    (``keep`` [S, H]: the samples each head's means use), all heads sharing the resamples of
+    ``seed``: one [R, S] × [S, H·3] product per layer. Memoised per layer tensors."""
+    key = (id(t), seed, keep.numpy().tobytes())
+    if key in _GAMMA_CACHE:
+        return _GAMMA_CACHE[key]
+    settings = verdicts.rule_set_settings()
+    level = float(settings["confidence"])
+    k = keep.to(torch.float64)  # [S, H]
+    values = torch.stack([t[f"gamma_{name}"].to(torch.float64)
+                          for name in ("learned", "eigen", "perturbed")], dim=-1)  # [S, H, 3]
+    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))
+    sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
+        weights.shape[0], *values.shape[1:])
+    counts = (weights @ k).unsqueeze(-1)
+    draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, math.nan))
+    gap = draws[..., 2] - draws[..., 1]
+    position = torch.where(gap > 0, (draws[..., 0] - draws[..., 1]) / gap.clamp_min(1e-300),
+                           torch.full_like(gap, math.inf))
+    ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level).tolist()
+    out = [dict(zip(("learned", "eigen", "perturbed", "gamma_position"), head)) for head in ci]
+    if len(_GAMMA_CACHE) > 64:
+        _GAMMA_CACHE.clear()
+    _GAMMA_CACHE[key] = out
+    return out
 
 
 def message(record: dict, what: str) -> str:
@@ -128,7 +213,7 @@ def message(record: dict, what: str) -> str:
     return (f"claim E (gamma constancy) {record['verdict']} for {what}: relative spread of gamma "
             f"from the learned V {m['learned']:.4g} beside the true eigenvectors {m['eigen']:.4g} "
             f"and P2's perturbed basis {m['perturbed']:.4g} (position "
-            f"{verdicts.format_number(m['gamma_position'])}: "
+            f"{verdicts.format_ci(m['gamma_position'], record.get('ci', {}).get('gamma_position'))}: "
             f"0 = eigenvectors, 1 = perturbed)\n{record['evidence']}")
 
 

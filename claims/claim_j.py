@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from checks.errors import UndefinedValueError, defined
 from checks.projection import pooled_terms, spearman_rho, term_attribution
+from checks.stats import bootstrap_indices, percentile_interval, seed_from
 
 from . import verdicts
 from .names import J_METRICS
@@ -21,32 +24,66 @@ def pooled(layer_terms: list[dict[str, torch.Tensor]], heads: list[int]) -> dict
                         cat("n_tokens"), cat("p1_log_phi_sq_mean"))
 
 
-def _record(level: str, model: str, layer, values: dict, **extra) -> dict:
+def pooled_ci(layer_terms: list[dict[str, torch.Tensor]], heads: list[int], seed: int) -> dict:
+    """95% percentile-bootstrap CIs over samples (method §7) of the judged pooled quantities,
+    ``log10_ratio`` and ``bessel_share``: a resample draws whole samples with all their (layer,
+    head) units, and pools them exactly as :func:`pooled` does (token-weighted, ‖φ‖² in log
+    space). Vectorised: one [R, S] index matrix, one gather per quantity."""
+    settings = verdicts.rule_set_settings()
+
+    def cat(name):  # [S, units]
+        return torch.cat([t[name][:, heads].to(torch.float64) for t in layer_terms], dim=1)
+    n = cat("n_tokens")
+    log_phi = torch.logsumexp(cat("log_phi_sq_mean") + n.log(), dim=1)  # [S]
+    h, bessel, tokens = (cat("h_sq_mean") * n).sum(1), (cat("bessel_share") * n).sum(1), n.sum(1)
+    idx = bootstrap_indices(n.shape[0], seed, int(settings["bootstrap_resamples"]))
+    total = tokens[idx].sum(1)
+    log_phi_r = torch.logsumexp(log_phi[idx], dim=1) - total.log()
+    h_r = h[idx].sum(1) / total
+    ratio = torch.where(h_r > 0, (h_r.clamp_min(1e-300).log() - log_phi_r) / math.log(10),
+                        torch.full_like(h_r, -math.inf))
+    level = float(settings["confidence"])
+    return {name: [float(x) for x in percentile_interval(draws, level)]
+            for name, draws in (("log10_ratio", ratio), ("bessel_share", bessel[idx].sum(1) / total))}
+
+
+def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
+            rules: str = "ours", **extra) -> dict:
     metrics = {k: values[k] for k in J_METRICS}
     undefined = {k: r for k, r in values.get("undefined", {}).items()}  # method §6.2
-    v = verdicts.judge(CLAIM, metrics, undefined=undefined)
+    if ci:  # an interval only for a defined value, with finite bounds (method §6.2)
+        ci = {k: b for k, b in ci.items() if metrics.get(k) is not None
+              and all(math.isfinite(float(x)) for x in b)}
+    v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined)
     extra.update({"undefined": undefined} if undefined else {})
     extra.update({"reason": v.reason} if v.reason else {})
+    if ci:
+        extra = {"ci": ci, **extra}
     return {"claim": "J", "level": level, "model": model, "layer": layer, "head": None,
-            "verdict": v.verdict, "metrics": metrics,
+            "verdict": v.verdict, "verdicts": both, "rules": rules, "metrics": metrics,
             "p1_code": {"log_phi_sq_mean": values["p1_log_phi_sq_mean"],
                         "log_mean_error": values["p1_log_mean_error"],
                         "label": "P1's logged quantity (p1-code variant), not the true loss"},
             "reference": verdicts.load_thresholds()["claim_j_reference"],
-            "evidence": verdicts.format_evidence(v), **extra}
+            "evidence": verdicts.format_evidence(v, ci=ci, both=both if ci else None), **extra}
 
 
-def layer_record(model: str, layer: int, terms: dict[str, torch.Tensor], heads: list[int]) -> dict:
+def layer_record(model: str, layer: int, terms: dict[str, torch.Tensor], heads: list[int],
+                 rules: str = "ours") -> dict:
     per_head = {name: [pooled([terms], [h])[name] for h in heads]
                 for name in J_METRICS}
-    return _record("layer", model, layer, pooled([terms], heads), per_head=per_head, heads=heads)
+    ci = pooled_ci([terms], heads, seed_from(f"J-{model}-L{layer:02d}"))
+    return _record("layer", model, layer, pooled([terms], heads), ci=ci, rules=rules,
+                   per_head=per_head, heads=heads)
 
 
-def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int]) -> dict:
+def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                 rules: str = "ours") -> dict:
     layers = sorted(per_layer)
     per_layer_values = [pooled([per_layer[l]], heads) for l in layers]
+    ci = pooled_ci([per_layer[l] for l in layers], heads, seed_from(f"J-{model}-model"))
     return _record("model", model, None, pooled([per_layer[l] for l in layers], heads),
-                   layers=layers, heads=heads,
+                   ci=ci, rules=rules, layers=layers, heads=heads,
                    per_layer={name: [v[name] for v in per_layer_values]
                               for name in ("phi_sq_mean", "h_sq_mean", "j_proj", "log10_ratio",
                                            "bessel_share")})
@@ -86,7 +123,8 @@ def trend_record(series: str, points: list[dict]) -> dict:
     notes = {"undefined": undefined} if undefined else {}
     notes.update({"reason": v.reason} if v.reason else {})
     return {"claim": "J", "level": "series", "model": series, "layer": None, "head": None,
-            "verdict": v.verdict, "metrics": metrics, "series": points, "trend": trend, **notes,
+            "verdict": v.verdict, "verdicts": {r: v.verdict for r in verdicts.RULE_SETS},
+            "metrics": metrics, "series": points, "trend": trend, **notes,
             "reference": ref, "evidence": verdicts.format_evidence(v, extra={
                 "share of dJ carried by ||h||^2": trend["share_h"],
                 "share of dJ carried by ||phi||^2": trend["share_phi"]})}
@@ -105,7 +143,8 @@ def message(record: dict, what: str) -> str:
                     f"(share {t['share_' + t['carried_by']]:.3g})"))
     else:
         num = verdicts.format_number
+        ratio = verdicts.format_ci(m["log10_ratio"], record.get("ci", {}).get("log10_ratio"))
         head = (f"claim J {record['verdict']} for {what}: mean||phi(q)||^2 = {num(m['phi_sq_mean'])}, "
                 f"mean||h||^2 = {num(m['h_sq_mean'])}, J_proj = {num(m['j_proj'])}, "
-                f"log10 ratio = {num(m['log10_ratio'])} (P2-logs: 2.35-3.63 after epoch 10)")
+                f"log10 ratio = {ratio} (P2-logs: 2.35-3.63 after epoch 10)")
     return f"{head}\n{record['evidence']}"

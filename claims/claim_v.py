@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from checks.stats import excess_over_null, masked_mean
+from checks.stats import (adjust_pvalues, bootstrap_weights, excess_over_null, masked_mean,
+                          percentile_interval, seed_from, sign_flip_pvalues)
 
 from . import verdicts
 from .names import V_MEASURED
 
 CLAIM = "claim_v"
 METRICS = V_MEASURED
+#: The metrics tested against their null (method §7): the judged ones (the overlap for its excess).
+CHANCE_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")
+#: claim V's sign-dependent metrics also computed with P2's code conventions (method §8), never judged.
+P2_CODE_METRICS = ("direct_cosine", "optimal_cosine", "pearson")
 
 
 def _undetermined_max_share() -> float:
@@ -53,15 +58,145 @@ def _undetermined_reason(n_undet: int, n_total: int, few: torch.Tensor | None,
     return "; ".join(parts) + ": V_hat is not determined by the keys (spec §2)"
 
 
+def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
+                   per_unit: bool = False) -> dict | list[dict]:
+    """95% percentile-bootstrap CIs over samples (method §7) of every metric's mean and its
+    null's, and of the subspace-overlap excess (from the same resamples of overlap and null).
+
+    ``metrics[name]`` and ``keep`` are [S, U]: S samples, U units per sample (the selected
+    (layer, head) pairs of a model). Pooled (default): one interval set for the mean over all
+    kept units, a resample drawing whole samples so each sample's heads stay together (model
+    level). ``per_unit``: one interval set per unit (head level), all units sharing the resamples
+    of ``seed``, so that the whole model costs one [R, S] × [S, units × metrics] product and a
+    head's interval does not depend on which other heads are selected."""
+    settings = verdicts.rule_set_settings()
+    level = float(settings["confidence"])
+    names = [n for name in METRICS for n in (name, f"{name}_null")]
+    k = keep.to(torch.float64)  # [S, U]
+    values = torch.stack([metrics[n].to(torch.float64) for n in names], dim=-1)  # [S, U, M]
+    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))  # [R, S]
+    if per_unit:
+        sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
+            weights.shape[0], *values.shape[1:])  # [R, U, M]
+        counts = (weights @ k).unsqueeze(-1)  # [R, U, 1]
+    else:
+        sums = (weights @ (values * k.unsqueeze(-1)).sum(1)).unsqueeze(1)  # [R, 1, M]
+        counts = (weights @ k.sum(1, keepdim=True)).unsqueeze(-1)  # [R, 1, 1]
+    draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, float("nan")))
+    ov, ov_null = draws[..., names.index("subspace_overlap")], draws[..., names.index("subspace_overlap_null")]
+    draws = torch.cat([draws, excess_over_null(ov, ov_null).unsqueeze(-1)], dim=-1)
+    ci = percentile_interval(draws, level).tolist()  # [U, M + 1, 2]
+    out = []
+    for unit in ci:
+        by_name = dict(zip([*names, "subspace_overlap_excess"], unit))
+        out.append({"ci": {n: by_name[n] for n in (*METRICS, "subspace_overlap_excess")},
+                    "ci_null": {n: by_name[f"{n}_null"] for n in METRICS}})
+    return out if per_unit else out[0]
+
+
+def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> torch.Tensor:
+    """One-sided sign-flip p-values (method §7, :func:`checks.stats.sign_flip_pvalues`) of
+    metric − null over samples, [U, len(CHANCE_METRICS)], for ``metrics`` [S, U] (each unit's
+    kept samples)."""
+    settings = verdicts.rule_set_settings()
+    diffs = torch.stack([metrics[m].to(torch.float64) - metrics[f"{m}_null"].to(torch.float64)
+                         for m in CHANCE_METRICS], dim=-1)  # [S, U, M]
+    s, u, m = diffs.shape
+    mask = keep.unsqueeze(-1).expand(s, u, m).reshape(s, u * m)
+    p = sign_flip_pvalues(diffs.reshape(s, u * m), mask, seed, int(settings["permutation_resamples"]))
+    return p.reshape(u, m)
+
+
+def smallest_p(n_kept: int) -> float:
+    """The smallest p-value the sign-flip test can give with ``n_kept`` samples: 2**−n when
+    exact, 1/(R + 1) when Monte Carlo (method §7)."""
+    from checks.stats import EXACT_SIGN_FLIP_MAX_N
+
+    if n_kept <= EXACT_SIGN_FLIP_MAX_N:
+        return 2.0 ** -int(n_kept)
+    return 1.0 / (int(verdicts.rule_set_settings()["permutation_resamples"]) + 1.0)
+
+
+def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int) -> dict:
+    """``{metric: {"p", "p_adjusted", "above_chance", "can_reject"}}`` from p-values
+    [len(CHANCE_METRICS)]. ``can_reject`` is False when even the most extreme data could not
+    reach p < alpha with ``n_kept`` samples (e.g. 2**−4 = 0.0625 with 4): then "not above
+    chance" is no evidence, and the ``ours`` rule set does not refute on it."""
+    alpha = float(verdicts.rule_set_settings()["alpha"])
+    can = smallest_p(n_kept) < alpha
+    return {m: {"p": float(p[i]), "p_adjusted": float(p_adjusted[i]),
+                "above_chance": bool(float(p_adjusted[i]) < alpha), "can_reject": can}
+            for i, m in enumerate(CHANCE_METRICS)}
+
+
+def _keep_mask(undetermined: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    keep = ~undetermined
+    n_total = int(keep.numel())
+    judged = n_total > 0 and int(keep.sum()) > 0 and \
+        (n_total - int(keep.sum())) / n_total <= _undetermined_max_share()
+    return (keep if judged else torch.ones_like(keep)), judged
+
+
+_CHANCE_CACHE: dict[tuple, dict] = {}
+
+
+def head_seed(model: str) -> int:
+    """The seed of the head-level bootstrap resamples of a model's claim-V records."""
+    return seed_from(f"V-{model}-heads")
+
+
+def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
+                    heads: list[int]) -> dict[tuple[int, int], dict]:
+    """Per selected (layer, head) of a model: ``vs_null`` (the test against chance, BH-adjusted,
+    or as ``[rule_sets.ours].correction`` says, across those heads, per metric) and ``ci`` /
+    ``ci_null`` (bootstrap intervals, all heads in one pass) (method §7).
+
+    All units share one sign matrix seeded from the model name, so a head's raw p-value does not
+    depend on which heads are selected; the adjusted one depends on the selection (the family).
+    Memoised per (model, selection, layer tensors): every head test of a model reuses one pass."""
+    layers = sorted(per_layer)
+    key = (model, tuple(layers), tuple(heads), tuple(id(per_layer[l]) for l in layers))
+    if key in _CHANCE_CACHE:
+        return _CHANCE_CACHE[key]
+    metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
+               for name in CHANCE_METRICS for n in (name, f"{name}_null")}
+    undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
+    keep = torch.stack([_keep_mask(undet[:, u])[0] for u in range(undet.shape[1])], dim=1)
+    p = chance_pvalues(metrics, keep, seed_from(f"{model}-V-vs-null"))  # [U, M]
+    adjusted = adjust_pvalues(p.T, verdicts.rule_set_settings()["correction"]).T
+    units = [(l, h) for l in layers for h in heads]
+    n_kept = keep.sum(0)
+    result = {unit: {"vs_null": vs_null_record(p[i], adjusted[i], int(n_kept[i]))}
+              for i, unit in enumerate(units)}
+    all_metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
+                   for name in METRICS for n in (name, f"{name}_null")}
+    for unit, stats in zip(units, interval_stats(all_metrics, keep, head_seed(model), per_unit=True)):
+        result[unit].update(stats)
+    if len(_CHANCE_CACHE) > 64:
+        _CHANCE_CACHE.clear()
+    _CHANCE_CACHE[key] = result
+    return result
+
+
 def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
-           few_tokens: torch.Tensor | None = None, n_tokens: torch.Tensor | None = None) -> dict:
+           few_tokens: torch.Tensor | None = None, n_tokens: torch.Tensor | None = None,
+           seed: int = 0, vs_null: dict | None = None, rules: str = "ours",
+           intervals: dict | None = None) -> dict:
     """The verdict for one unit (a head over its samples, or a model over its heads and samples).
 
     ``metrics[name]``, ``undetermined`` and the optional ``few_tokens`` (N ≤ d) and ``n_tokens``
-    are flat tensors over the unit's samples.
+    are tensors [S] (a head: one value per sample) or [S, U] (a model: U (layer, head) units per
+    sample). ``seed`` seeds the bootstrap; ``vs_null`` is the head's test against chance (for a
+    model, None: the test over samples of the per-sample mean difference is run here).
+    ``rules`` picks the rule set whose verdict is ``"verdict"``; both are in ``"verdicts"``.
+    ``intervals``: precomputed ``{"ci", "ci_null"}`` (:func:`head_statistics`); else computed
+    here from ``seed``.
     """
+    s = undetermined.shape[0] if undetermined.ndim else 1
+    grid = {name: t.reshape(s, -1) for name, t in metrics.items()}
+    undet2 = undetermined.reshape(s, -1)
     keep = ~undetermined.reshape(-1)
-    flat = {name: t.reshape(-1) for name, t in metrics.items()}
+    flat = {name: t.reshape(-1) for name, t in grid.items()}
     n_total = int(keep.numel())
     n_undet = n_total - int(keep.sum())
     share = n_undet / max(n_total, 1)
@@ -69,39 +204,100 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
     lengths = None if n_tokens is None else n_tokens.reshape(-1)
     if n_total == 0 or share > _undetermined_max_share() or int(keep.sum()) == 0:
         summary = summarize(flat, torch.ones_like(keep))  # recorded, flagged, not judged
-        return {"verdict": verdicts.UNDETERMINED, **summary, "n_samples": n_total,
+        stats = intervals or (interval_stats(grid, torch.ones_like(undet2), seed) if n_total else {})
+        return {"verdict": verdicts.UNDETERMINED, **summary, **stats,
+                "verdicts": {r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS}, "rules": rules,
+                **({"vs_null": vs_null} if vs_null else {}),
+                "n_samples": n_total,
                 "n_undetermined": n_undet, "n_few_tokens": 0 if few is None else int(few.sum()),
                 "reason": _undetermined_reason(n_undet, n_total, few, lengths)}
     summary = summarize(flat, keep)
-    v = verdicts.judge(CLAIM, summary["metrics"])
-    return {"verdict": v.verdict, **summary, "n_samples": n_total, "n_undetermined": n_undet,
+    keep2 = ~undet2
+    stats = intervals or interval_stats(grid, keep2, seed)
+    if vs_null is None:  # model level: one test over samples of the per-sample mean difference
+        k = keep2.to(torch.float64)
+        count = k.sum(1, keepdim=True)
+        per_sample = {n: ((grid[n].to(torch.float64) * k).sum(1, keepdim=True) / count.clamp_min(1))
+                      for name in CHANCE_METRICS for n in (name, f"{name}_null")}
+        p = chance_pvalues(per_sample, count > 0, seed)[0]
+        vs_null = vs_null_record(p, p, int((count > 0).sum()))
+    above = ({m: t["above_chance"] for m, t in vs_null.items()}
+             if all(t.get("can_reject", True) for t in vs_null.values()) else None)
+    v, both = verdicts.judge_both(CLAIM, summary["metrics"], stats["ci"], above, rules)
+    return {"verdict": v.verdict, "verdicts": both, "rules": rules, **summary, **stats,
+            "vs_null": vs_null, "n_samples": n_total, "n_undetermined": n_undet,
             "evidence": verdicts.format_evidence(
                 v, summary["null"],
                 extra={k: summary["metrics"][k] for k in ("subspace_overlap", "direct_cosine",
                                                          "pearson", "relative_frobenius",
-                                                         "allclose")})}
+                                                         "allclose")},
+                ci=stats["ci"], vs_null=vs_null, both=both)}
 
 
-def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torch.Tensor]) -> dict:
+def p2_code_summary(layer_metrics: dict[str, torch.Tensor], head: int | None,
+                    keep: torch.Tensor) -> dict | None:
+    """Means of claim V's sign-dependent metrics computed with P2's code conventions (method §8;
+    ``p2code_<metric>`` tensors of the layer), over the same samples as the exact means; None
+    when the layer has none. Never judged."""
+    if f"p2code_{P2_CODE_METRICS[0]}" not in layer_metrics:
+        return None
+    out = {}
+    for name in P2_CODE_METRICS:
+        t = layer_metrics[f"p2code_{name}"]
+        t = t[:, head] if head is not None else t
+        out[name] = float(masked_mean(t.to(torch.float64).reshape(-1), keep.reshape(-1))[0])
+    return out
+
+
+_NOT_METRICS = ("undetermined", "mu_d", "threshold", "few_tokens", "n_tokens")
+
+
+def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torch.Tensor],
+                statistics: dict | None = None, rules: str = "ours") -> dict:
+    """The record of one head. ``statistics``: its entry of :func:`head_statistics` (the test
+    against chance adjusted across the model's selected heads, and the intervals); without it
+    the head is tested alone (no adjustment), with the same bootstrap resamples."""
     per_head = {name: t[:, head] for name, t in layer_metrics.items()
-                if name not in ("undetermined", "mu_d", "threshold", "few_tokens", "n_tokens")}
+                if name not in _NOT_METRICS and not name.startswith("p2code_")}
     extra = {name: layer_metrics[name][:, head] for name in ("few_tokens", "n_tokens")
              if name in layer_metrics}
-    result = decide(per_head, layer_metrics["undetermined"][:, head], **extra)
+    undet = layer_metrics["undetermined"][:, head]
+    if statistics is None:
+        keep, _ = _keep_mask(undet)
+        grid = {n: per_head[n].unsqueeze(1) for m in METRICS for n in (m, f"{m}_null")}
+        p = chance_pvalues(grid, keep.unsqueeze(1), seed_from(f"{model}-V-vs-null"))[0]
+        statistics = {"vs_null": vs_null_record(p, p, int(keep.sum())),
+                      **interval_stats(grid, keep.unsqueeze(1), head_seed(model), per_unit=True)[0]}
+    intervals = {k: statistics[k] for k in ("ci", "ci_null")}
+    result = decide(per_head, undet, **extra, vs_null=statistics["vs_null"], rules=rules,
+                    intervals=intervals)
     result["mu_d_min"] = float(layer_metrics["mu_d"][:, head].min())
+    p2_code = p2_code_summary(layer_metrics, head, _keep_mask(undet)[0])
+    if p2_code is not None:
+        result["p2_code"] = p2_code
     return {"claim": "V", "level": "head", "model": model, "layer": layer, "head": head, **result}
 
 
 def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
-                 heads: list[int], head_verdicts: dict[str, int]) -> dict:
-    """P2's aggregation: the rule applied to the model average over (layer, head, sample)."""
-    names = [n for n in next(iter(per_layer.values())) if n not in ("mu_d", "threshold")]
-    stacked = {n: torch.cat([m[n][:, heads].reshape(-1) for m in per_layer.values()]) for n in names}
+                 heads: list[int], head_verdicts: dict[str, int], rules: str = "ours",
+                 head_verdicts_by_rules: dict[str, dict[str, int]] | None = None) -> dict:
+    """P2's aggregation: the rule applied to the model average over (layer, head, sample); the
+    CI resamples samples with all their (layer, head) units together."""
+    names = [n for n in next(iter(per_layer.values()))
+             if n not in ("mu_d", "threshold") and not n.startswith("p2code_")]
+    stacked = {n: torch.cat([m[n][:, heads] for m in per_layer.values()], dim=1) for n in names}
     undetermined = stacked.pop("undetermined")
     extra = {n: stacked.pop(n) for n in ("few_tokens", "n_tokens") if n in stacked}
-    result = decide(stacked, undetermined, **extra)
+    result = decide(stacked, undetermined, **extra, seed=seed_from(f"V-{model}-model"), rules=rules)
+    keep = _keep_mask(undetermined.reshape(-1))[0]
+    p2 = {n: torch.cat([m[f"p2code_{n}"][:, heads] for m in per_layer.values()], dim=1)
+          for n in P2_CODE_METRICS if all(f"p2code_{n}" in m for m in per_layer.values())}
+    if len(p2) == len(P2_CODE_METRICS):
+        result["p2_code"] = p2_code_summary({f"p2code_{n}": t for n, t in p2.items()}, None, keep)
+    extra_fields = {"head_verdicts_by_rules": head_verdicts_by_rules} if head_verdicts_by_rules else {}
     return {"claim": "V", "level": "model", "model": model, "layer": None, "head": None,
-            "layers": sorted(per_layer), "heads": heads, "head_verdicts": head_verdicts, **result}
+            "layers": sorted(per_layer), "heads": heads, "head_verdicts": head_verdicts,
+            **extra_fields, **result}
 
 
 def message(record: dict, what: str) -> str:

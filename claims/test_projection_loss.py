@@ -12,7 +12,8 @@ def test_projection_loss(layer_ref, claim_session, record_result, collected_head
     run = claim_session.run(layer_ref.model)
     _, heads = collected_heads(layer_ref.model)
     record = claim_j.layer_record(layer_ref.model, layer_ref.layer,
-                                  run.claim_j_layer(layer_ref.layer), heads)
+                                  run.claim_j_layer(layer_ref.layer), heads,
+                                  rules=run.options.rules)
     record_result(record, run)
     assert_supported(record, claim_j.message(record, layer_ref.id))
 
@@ -21,7 +22,8 @@ def test_projection_loss_model(model_ref, claim_session, record_result, collecte
     run = claim_session.run(model_ref.model)
     layers, heads = collected_heads(model_ref.model)
     record = claim_j.model_record(model_ref.model,
-                                  {layer: run.claim_j_layer(layer) for layer in layers}, heads)
+                                  {layer: run.claim_j_layer(layer) for layer in layers}, heads,
+                                  rules=run.options.rules)
     record_result(record, run)
     assert_supported(record, claim_j.message(record, f"model {model_ref.model}"))
 

@@ -118,10 +118,18 @@ def judge(claim: str, metrics: dict[str, float | None], path: str | None = None,
 
 
 def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
-                    extra: dict[str, float] | None = None) -> str:
-    """A multi-line, human-readable account of a verdict: each metric, its thresholds, its null."""
+                    extra: dict[str, float] | None = None, ci: dict | None = None,
+                    vs_null: dict | None = None, both: dict[str, str] | None = None) -> str:
+    """A multi-line, human-readable account of a verdict: each metric ``value [lo, hi]`` (its
+    95% CI, when given), its thresholds, its null, and its test against chance; with ``both``,
+    a first line naming the verdict under each rule set (method §7)."""
     nulls = nulls or {}
+    ci = ci or {}
+    vs_null = vs_null or {}
     lines = []
+    if both:
+        lines.append("  verdicts: " + ", ".join(f"{k} rules {w}" for k, w in both.items())
+                     + (f" ({v.reason})" if v.reason else ""))
     by_metric: dict[str, list[str]] = {}
     for kind, rs in (("supported", v.supported_rules), ("refuted", v.refuted_rules)):
         for r in rs:
@@ -130,7 +138,11 @@ def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
     for metric, texts in by_metric.items():
         null = nulls.get(metric)
         null_txt = f"  (chance level {null:.4g})" if null is not None else ""
-        lines.append(f"  {metric:<26} {format_number(v.metrics[metric])}{null_txt}")
+        test = vs_null.get(metric)
+        if test:
+            null_txt += (f"  above chance: {'yes' if test['above_chance'] else 'no'} "
+                         f"(adjusted p {test['p_adjusted']:.3g})")
+        lines.append(f"  {metric:<26} {format_ci(v.metrics[metric], ci.get(metric))}{null_txt}")
         lines.extend(f"      {t}" for t in texts)
     for name, value in (extra or {}).items():
         null = nulls.get(name)
@@ -226,3 +238,91 @@ def assert_supported(record: dict, message: str) -> None:
         pytest.skip(message)
     if record["verdict"] != SUPPORTED:
         raise ClaimNotSupported(record, message)
+
+
+# ------------------------------------------------------------------ rule sets (method §7)
+RULE_SETS = ("p2", "ours")
+
+
+def rule_set_settings(path: str | None = None) -> dict:
+    """The ``[rule_sets.ours]`` settings: confidence, resamples, alpha, correction."""
+    return load_thresholds(path)["rule_sets"]["ours"]
+
+
+def _at_bound(rule: Rule, ci: tuple[float, float] | list[float]) -> float:
+    """The end of the interval least favourable to ``rule``: the lower bound for a ">=" / ">"
+    bar, the upper bound for a "<=" / "<" bar (the bar must hold over the whole interval)."""
+    lo, hi = float(ci[0]), float(ci[1])
+    return lo if rule.direction in (">=", ">") else hi
+
+
+def judge_ours(claim: str, metrics: dict[str, float | None], ci: dict,
+               above_chance: dict | None = None, path: str | None = None,
+               undefined: dict[str, str] | None = None) -> Verdict:
+    """The ``ours`` rule set (method §7): every bar of ``claim`` applied to the CI bound least
+    favourable to it (metrics without a CI, or named in ``[claim.ours].exact_metrics``, are
+    judged on their value). For claim V, also *refuted* when none of
+    ``[claim_v.ours].above_chance_metrics`` is above chance (``above_chance[metric]``) or the
+    upper CI bound of each of ``upper_below_support_metrics`` is below its supported bar.
+    Undefined values follow :func:`judge` (method §6.2)."""
+    why = dict(undefined or {})
+    metrics = defined_values(dict(metrics), why)
+    section = load_thresholds(path)[claim]
+    extra = section.get("ours", {})
+    exact = set(extra.get("exact_metrics", []))
+    sup, ref = rules(claim, "supported", path), rules(claim, "refuted", path)
+
+    def value(rule: Rule) -> float:
+        if rule.metric in ci and rule.metric not in exact:
+            return _at_bound(rule, ci[rule.metric])
+        return metrics[rule.metric]
+
+    refuted_any = section.get("refuted_mode", "all") == "any"
+    combine = any if refuted_any else all
+    reasons = []
+    if sup and all(r.holds(value(r)) for r in sup):
+        verdict = SUPPORTED
+        reasons.append("every supported bar holds over the whole 95% CI")
+    else:
+        refuted = bool(ref) and combine(r.holds(value(r)) for r in ref)
+        if refuted:
+            reasons.append("the refuted bars hold over the whole 95% CI")
+        chance = extra.get("above_chance_metrics", [])
+        if chance and above_chance is not None and all(m in above_chance for m in chance):
+            if not any(above_chance[m] for m in chance):
+                refuted = True
+                reasons.append(f"none of {', '.join(chance)} is above chance (adjusted p >= "
+                               f"{rule_set_settings(path)['alpha']:g})")
+        below = extra.get("upper_below_support_metrics", [])
+        bars = {r.metric: r for r in sup}
+        if below and all(m in ci and m in bars for m in below):
+            if all(float(ci[m][1]) < bars[m].value for m in below):
+                refuted = True
+                reasons.append(f"the upper CI bound of each of {', '.join(below)} is below "
+                               "its supported bar")
+        verdict = REFUTED if refuted else INCONCLUSIVE
+    missing = sorted({r.metric for r in sup + ref if metrics[r.metric] is None})
+    if verdict == INCONCLUSIVE and missing:
+        reasons = [f"{m} has no value: {why.get(m, 'undefined')}" for m in missing]
+        return Verdict(claim, UNDETERMINED, metrics, sup, ref, reason="; ".join(reasons))
+    return Verdict(claim, verdict, dict(metrics), sup, ref, reason="; ".join(reasons))
+
+
+def judge_both(claim: str, metrics: dict[str, float | None], ci: dict | None,
+               above_chance: dict | None = None, rules_name: str = "ours",
+               path: str | None = None,
+               undefined: dict[str, str] | None = None) -> tuple[Verdict, dict[str, str]]:
+    """Both rule sets' verdicts, ``{"p2": ..., "ours": ...}``, and the Verdict chosen by
+    ``rules_name`` (the ``--rules`` option). Without a CI, ``ours`` equals ``p2``."""
+    if rules_name not in RULE_SETS:
+        raise ValueError(f"unknown rule set {rules_name!r}; use one of {RULE_SETS}")
+    p2 = judge(claim, metrics, path, undefined=undefined)
+    ours = judge_ours(claim, metrics, ci, above_chance, path, undefined=undefined) if ci else p2
+    return (p2 if rules_name == "p2" else ours), {"p2": p2.verdict, "ours": ours.verdict}
+
+
+def format_ci(value: float, ci) -> str:
+    """``value [lo, hi]`` (the interval text of a failure message and the report)."""
+    if ci is None:
+        return format_number(value)
+    return f"{format_number(value)} [{float(ci[0]):.4g}, {float(ci[1]):.4g}]"

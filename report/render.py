@@ -436,6 +436,38 @@ def grid_context(results: dict, index: Index, not_run: list[dict]) -> dict:
 
 
 # ------------------------------------------------------------------------------------ claim V
+def _with_ci(value, rec: dict | None, name: str, key: str = "ci") -> str:
+    """``value [lo, hi]``: a metric with its 95% bootstrap CI from ``rec[key]`` (method §7),
+    or the value alone for records without one."""
+    ci = ((rec or {}).get(key) or {}).get(name)
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        return f"{fmt(value)} [{fmt(ci[0])}, {fmt(ci[1])}]"
+    return fmt(value)
+
+
+def _chance_text(rec: dict | None, name: str) -> str:
+    """The test against chance of one metric: "yes (p_adj 0.001)" / "no (...)" / "—"."""
+    test = ((rec or {}).get("vs_null") or {}).get(name)
+    if not isinstance(test, dict):
+        return "—"
+    word = "yes" if test.get("above_chance") else "no"
+    if test.get("can_reject") is False:
+        word += ", too few samples to reject"
+    return f"{word} (adjusted p {fmt(test.get('p_adjusted'))})"
+
+
+def _p2_code_rows(mrec: dict | None) -> list[dict]:
+    """Exact vs P2-code values (method §8) of claim V's sign-dependent metrics, model level."""
+    p2 = (mrec or {}).get("p2_code") or {}
+    rows = []
+    for name in ("direct_cosine", "optimal_cosine", "pearson"):
+        exact, other = ((mrec or {}).get("metrics") or {}).get(name), p2.get(name)
+        if isinstance(other, (int, float)) and isinstance(exact, (int, float)):
+            rows.append({"metric": name, "exact": fmt(exact, 4), "p2_code": fmt(other, 4),
+                         "diff": fmt(other - exact, 2)})
+    return rows
+
+
 def _head_matrix(records: list[dict], layers: list[int], heads: list[int], value_fn):
     """``value_fn(record)`` placed at (layer, head); None where there is no record."""
     at = {(r["layer"], r["head"]): r for r in records}
@@ -482,8 +514,9 @@ def claim_v_section(results: dict, index: Index, model: str) -> dict | None:
                           lambda r: (r.get("metrics") or {}).get("optimal_cosine"))
     marks = _head_matrix(heads_recs, layers, heads, lambda r: LETTERS[r["verdict"]])
     tips = _head_matrix(heads_recs, layers, heads, lambda r: _tooltip(
-        r, f"optimal cosine {fmt((r.get('metrics') or {}).get('optimal_cosine'))} "
-                  f"(null {fmt((r.get('null') or {}).get('optimal_cosine'))}), "
+        r, f"optimal cosine {_with_ci((r.get('metrics') or {}).get('optimal_cosine'), r, 'optimal_cosine')} "
+                  f"(null {fmt((r.get('null') or {}).get('optimal_cosine'))}, above chance: "
+                  f"{_chance_text(r, 'optimal_cosine')}), "
                   f"{fmt(r.get('n_used'))}/{fmt(r.get('n_samples'))} used"))
     tips = [[t or "" for t in row] for row in tips]
     nulls = [(r.get("null") or {}).get("optimal_cosine") for r in heads_recs]
@@ -498,9 +531,12 @@ def claim_v_section(results: dict, index: Index, model: str) -> dict | None:
     if mrec:
         for name in V_METRICS:
             if name in (mrec.get("metrics") or {}):
-                table.append({"metric": name, "value": fmt(mrec["metrics"][name]),
-                              "null": fmt((mrec.get("null") or {}).get(name)),
+                table.append({"metric": name,
+                              "value": _with_ci(mrec["metrics"][name], mrec, name),
+                              "null": _with_ci((mrec.get("null") or {}).get(name), mrec, name,
+                                               "ci_null"),
                               "std": fmt((mrec.get("std") or {}).get(name)),
+                              "chance": _chance_text(mrec, name),
                               "rules": _rules_text(results["thresholds"], "claim_v", name)})
     return {
         "model": model, "id": f"heatmap-V-{sid}",
@@ -510,7 +546,9 @@ def claim_v_section(results: dict, index: Index, model: str) -> dict | None:
                                         note="white cell: no record for that head")),
         "null_mean": fmt(null_mean), "null_range": _range_text(nulls),
         "counts": _count(heads_recs), "n_heads": len(heads_recs),
-        "model_record": mrec, "table": table,
+        "model_record": mrec, "table": table, "p2_code": _p2_code_rows(mrec),
+        "verdicts": (mrec or {}).get("verdicts") or {},
+        "head_verdicts_by_rules": (mrec or {}).get("head_verdicts_by_rules") or {},
         "values_table": Markup(svg.values_grid(
             _head_matrix(heads_recs, layers, heads, lambda r: (
                 f"{fmt((r.get('metrics') or {}).get('optimal_cosine'))} {LETTERS[r['verdict']]} "
@@ -626,7 +664,7 @@ def claim_j_section(results: dict, index: Index, model: str) -> dict | None:
     if mrec:
         for name in J_METRICS:
             if name in (mrec.get("metrics") or {}):
-                table.append({"metric": name, "value": fmt(mrec["metrics"][name]),
+                table.append({"metric": name, "value": _with_ci(mrec["metrics"][name], mrec, name),
                               "rules": _rules_text(results["thresholds"], "claim_j", name)})
         p1 = mrec.get("p1_code") or {}
         note = p1.get("label") if isinstance(p1.get("label"), str) else "P1's logged quantity"
@@ -709,7 +747,7 @@ def claim_e_section(results: dict, index: Index, model: str) -> dict | None:
                     "position {}; closer to eigen in {} of samples").format(
                     *(fmt((r.get("metrics") or {}).get(k)) for k, _ in E_CONTROLS),
                     fmt((r.get("abs") or {}).get("learned")),
-                    fmt((r.get("metrics") or {}).get("gamma_position")),
+                    _with_ci((r.get("metrics") or {}).get("gamma_position"), r, "gamma_position"),
                     fmt(r.get("closer_to_eigen_share")))))
                 tips = [[t or "" for t in row] for row in tips]
             panels.append({"label": label, "svg": Markup(svg.heatmap(
@@ -738,7 +776,7 @@ def claim_e_section(results: dict, index: Index, model: str) -> dict | None:
                            "n_nonfinite": fmt(route.get("n_nonfinite")),
                            "nonfinite_where": route.get("nonfinite_where")})
     ratios = [fmt((mrec or {}).get("route_ratios", {}).get(s)) for s in E_STATS] if mrec else []
-    metrics = [{"metric": k, "value": fmt(v),
+    metrics = [{"metric": k, "value": _with_ci(v, mrec, k),
                 "rules": _rules_text(results["thresholds"], "claim_e", k)}
                for k, v in sorted(((mrec or {}).get("metrics") or {}).items())]
     values_table = None

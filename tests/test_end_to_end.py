@@ -65,6 +65,11 @@ def test_serial_and_xdist_runs_give_identical_records(pytester, tiny_checkpoint,
     assert a["records"] == b["records"]
     assert [r["verdict"] for r in c["records"]] == [r["verdict"] for r in a["records"]]
     for (path, x), (_, y) in zip(_flat_numbers(c["records"]), _flat_numbers(a["records"])):
+        if ".p2_code." in path:
+            # P2's conventions keep the eigensolver's signs (float32): across thread counts the
+            # sign-dependent p2-code values move by up to a few percent; equal thread counts
+            # (a == b above) are bitwise identical. Never judged.
+            continue
         if isinstance(x, float):
             assert y == pytest.approx(x, rel=1e-10, abs=1e-12), path
         else:
@@ -150,6 +155,8 @@ def test_head_chunks_for_long_sequences_give_the_same_numbers(tmp_path):
         for key, value in whole.items():
             if claim == "E" and key.startswith("gamma"):
                 continue  # γ's random perturbation is drawn per batch
+            if key.startswith("p2code_"):
+                continue  # P2's conventions keep the eigensolver's signs: they follow the batch
             if value.dtype == torch.bool:
                 assert torch.equal(value, split[key]), (claim, key)
             else:  # the naive route is float32 by design: its round-off follows the batch

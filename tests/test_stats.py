@@ -1,0 +1,270 @@
+"""Statistics of the verdicts (method §7): bootstrap CIs, the test against chance, the two rule
+sets, and the p2-code variant (method §8), each against a known answer."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from checks import stats
+from checks.gram import KeyGram
+from checks.p2_code import p2_code_metrics, p2_code_values
+from checks.similarity import direct_cosine
+from checks.value_vectors import value_vector_metrics_batched
+from claims import claim_v, verdicts
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["pytester"]
+
+
+# ----------------------------------------------------------------------------- bootstrap
+def test_bootstrap_ci_of_a_known_variance_mean_covers_the_true_mean_about_95_percent():
+    """200 data sets of 40 draws from N(2, 1): the 95% percentile CI covers 2 in ~95% of them."""
+    gen = torch.Generator().manual_seed(11)
+    data = 2.0 + torch.randn(200, 40, generator=gen, dtype=torch.float64)
+    covered = 0
+    for rep in range(200):
+        _, (lo, hi) = stats.bootstrap_mean_ci(data[rep], seed=rep)
+        covered += int(lo <= 2.0 <= hi)
+    # percentile intervals run slightly short at n = 40 (≈ 93-94%); 200 reps: sd ≈ 1.6%
+    assert 0.89 <= covered / 200 <= 0.98
+
+
+def test_an_interval_of_infinite_draws_is_infinite_not_nan():
+    draws = torch.tensor([[math.inf, 1.0], [math.inf, 2.0], [math.inf, math.inf]])
+    ci = stats.percentile_interval(draws)
+    assert ci[0].tolist() == [math.inf, math.inf]
+    assert ci[1, 0] > 1.0 and math.isinf(float(ci[1, 1]))
+
+
+def test_bootstrap_is_reproducible_and_keeps_a_samples_units_together():
+    sums = torch.tensor([[2.0], [4.0], [0.0]])
+    counts = torch.tensor([2.0, 2.0, 0.0])  # sample 2 has no kept unit
+    d1, ci1 = stats.bootstrap_ratio_ci(sums, counts, seed=5)
+    d2, ci2 = stats.bootstrap_ratio_ci(sums, counts, seed=5)
+    assert torch.equal(ci1, ci2)
+    finite = d1[~torch.isnan(d1)]
+    assert float(finite.min()) >= 1.0 and float(finite.max()) <= 2.0  # pooled means of 1 and 2
+    assert float(ci1[0, 0]) == pytest.approx(1.0) and float(ci1[0, 1]) == pytest.approx(2.0)
+
+
+# ------------------------------------------------------------------------ test vs chance
+@pytest.mark.parametrize("n_samples", [10, 30])  # exact enumeration, Monte Carlo
+def test_sign_flip_test_is_calibrated_when_v_is_no_closer_than_chance(n_samples):
+    """200 synthetic heads whose metric and null are exchangeable (a random V is as close to V̂
+    as to a random basis), 4 metrics each, every head with its own seed: the false-positive rate
+    at alpha = 0.05 lies in [0.02, 0.08] (and p is roughly uniform)."""
+    torch.manual_seed(n_samples)  # Beta.sample draws from the global generator
+    ps = []
+    for head in range(200):
+        pair = torch.distributions.Beta(2.0, 5.0).sample((2, n_samples, 1, 4))  # skewed metric
+        metrics = {}
+        for i, m in enumerate(claim_v.CHANCE_METRICS):
+            metrics[m], metrics[f"{m}_null"] = pair[0, :, :, i], pair[1, :, :, i]
+        keep = torch.ones(n_samples, 1, dtype=torch.bool)
+        ps.append(claim_v.chance_pvalues(metrics, keep, seed=head + 1000 * n_samples)[0])
+    p = torch.cat(ps)
+    assert 0.02 <= float((p < 0.05).to(torch.float64).mean()) <= 0.08
+    assert 0.14 <= float((p < 0.2).to(torch.float64).mean()) <= 0.26
+
+
+def test_sign_flip_exact_p_and_monte_carlo_floor():
+    d = torch.ones(6, 1)  # every sample above its null
+    assert float(stats.sign_flip_pvalues(d, None, 0)) == pytest.approx(2 ** -6)
+    d = torch.ones(40, 1)
+    assert float(stats.sign_flip_pvalues(d, None, 0, resamples=999)) == pytest.approx(1 / 1000)
+    d = -torch.ones(6, 1)  # every sample below: p = 1
+    assert float(stats.sign_flip_pvalues(d, None, 0)) == pytest.approx(1.0)
+
+
+def test_holm_and_bh_adjustments():
+    p = torch.tensor([0.01, 0.04, 0.03, 0.5])
+    assert torch.allclose(stats.adjust_pvalues(p, "holm"), torch.tensor([0.04, 0.09, 0.09, 0.5],
+                                                                        dtype=torch.float64))
+    assert torch.allclose(stats.adjust_pvalues(p, "bh"),
+                          torch.tensor([0.04, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.5], dtype=torch.float64))
+    from scipy.stats import false_discovery_control
+
+    rand = torch.rand(3, 50, generator=torch.Generator().manual_seed(2), dtype=torch.float64) ** 3
+    assert torch.allclose(stats.adjust_pvalues(rand, "bh"),
+                          torch.from_numpy(false_discovery_control(rand.numpy(), axis=-1)))
+    with pytest.raises(ValueError, match="unknown correction"):
+        stats.adjust_pvalues(p, "bonferroni-ish")
+
+
+# --------------------------------------------------------------------- known-answer heads
+def _layer_dict(k: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Claim-V metrics of one head over samples, shaped as a layer dict [S, 1] (session layout)."""
+    s, n, d = k.shape
+    a0 = torch.linalg.qr(torch.randn(s, n, d, generator=torch.Generator().manual_seed(3),
+                                     dtype=torch.float64)).Q
+    m = value_vector_metrics_batched(k, v, null_axes=a0)
+    p2 = p2_code_metrics(k, v)
+    m.update({f"p2code_{name}": p2[name] for name in claim_v.P2_CODE_METRICS})
+    m["n_tokens"] = torch.full((s,), float(n))
+    m["few_tokens"] = torch.zeros(s, dtype=torch.bool)
+    return {name: t.reshape(s, 1) for name, t in m.items()}
+
+
+def test_a_head_whose_v_is_v_hat_is_supported_with_its_ci_at_one_and_above_chance():
+    gen = torch.Generator().manual_seed(0)
+    k = torch.randn(8, 24, 4, generator=gen, dtype=torch.float64)
+    v = KeyGram(k, top=4).kpca_values("p2")  # V = V̂ exactly
+    layer = _layer_dict(k, v)
+    batch = claim_v.head_statistics("synthetic", {0: layer}, [0])
+    rec = claim_v.head_record("synthetic", 0, 0, layer, statistics=batch[(0, 0)])
+    alone = claim_v.head_record("synthetic", 0, 0, layer)  # same resamples: same intervals
+    assert alone["ci"] == rec["ci"] and alone["vs_null"] == rec["vs_null"]
+    for metric in ("optimal_cosine", "linear_cka", "kernel_cka"):
+        lo, hi = rec["ci"][metric]
+        assert lo == pytest.approx(1.0, abs=1e-9) and hi == pytest.approx(1.0, abs=1e-9)
+        assert rec["vs_null"][metric]["above_chance"]
+        assert rec["vs_null"][metric]["p"] == pytest.approx(2 ** -8)
+    assert rec["verdicts"] == {"p2": "supported", "ours": "supported"}
+    assert rec["verdict"] == "supported" and rec["rules"] == "ours"
+    assert set(rec["ci_null"]) == set(claim_v.METRICS)
+
+
+def test_a_head_with_random_v_is_refuted_by_ours_and_not_by_p2():
+    gen = torch.Generator().manual_seed(1)
+    k = torch.randn(12, 24, 4, generator=gen, dtype=torch.float64)
+    v = torch.randn(12, 24, 4, generator=gen, dtype=torch.float64)
+    layer = _layer_dict(k, v)
+    rec = claim_v.head_record("synthetic", 0, 0, layer, rules="p2")
+    assert rec["verdicts"]["ours"] == "refuted"
+    assert rec["verdict"] == rec["verdicts"]["p2"]  # --rules p2 picks P2's verdict
+    assert all(rec["ci"][m][1] < 0.9 for m in ("optimal_cosine", "linear_cka", "kernel_cka"))
+
+
+# --------------------------------------------------------------------------- rule sets
+METRICS = {"optimal_cosine": 0.5, "linear_cka": 0.5, "kernel_cka": 0.5,
+           "subspace_overlap_excess": 0.6}
+
+
+def _ci(lo, hi):
+    return {m: [lo, hi] for m in METRICS}
+
+
+def test_p2_rule_set_is_unchanged_and_ours_is_named_with_sources():
+    data = verdicts.load_thresholds()
+    assert data["rule_sets"]["default"] == "ours"
+    assert {"p2", "ours"} <= set(data["rule_sets"])
+    assert all(data["rule_sets"][r]["source"] for r in ("p2", "ours"))
+    assert [r.value for r in verdicts.rules("claim_v", "refuted")] == [0.32, 0.11, 0.32]
+
+
+def test_ours_supported_needs_the_lower_bound_to_pass_each_bar():
+    good = {**METRICS, "optimal_cosine": 0.95, "linear_cka": 0.95, "kernel_cka": 0.95}
+    assert verdicts.judge_ours("claim_v", good, _ci(0.91, 0.99)).verdict == "supported"
+    assert verdicts.judge_ours("claim_v", good, _ci(0.85, 0.99)).verdict == "inconclusive"
+    assert verdicts.judge("claim_v", good).verdict == "supported"  # p2 judges the means
+
+
+def test_ours_refutes_at_chance_or_when_the_upper_bounds_miss_the_support_bar():
+    at_chance = {m: False for m in ("optimal_cosine", "linear_cka", "kernel_cka")}
+    one_above = {**at_chance, "kernel_cka": True}
+    v = verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.95), at_chance)
+    assert v.verdict == "refuted" and "above chance" in v.reason
+    assert verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.95), one_above).verdict == "inconclusive"
+    assert verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.89), one_above).verdict == "refuted"
+    assert verdicts.judge("claim_v", METRICS).verdict == "inconclusive"
+
+
+def test_judge_both_reports_both_and_picks_by_rules():
+    chosen, both = verdicts.judge_both("claim_v", METRICS, _ci(0.4, 0.6), rules_name="p2")
+    assert both == {"p2": "inconclusive", "ours": "refuted"} and chosen.verdict == "inconclusive"
+    with pytest.raises(ValueError, match="unknown rule set"):
+        verdicts.judge_both("claim_v", METRICS, None, rules_name="strict")
+
+
+def test_evidence_prints_value_and_interval():
+    v = verdicts.judge("claim_v", METRICS)
+    text = verdicts.format_evidence(v, ci=_ci(0.41, 0.62))
+    assert "0.5 [0.41, 0.62]" in text
+
+
+def test_too_few_samples_cannot_refute_by_chance_alone():
+    assert claim_v.smallest_p(4) == pytest.approx(0.0625)
+    rec = claim_v.vs_null_record(torch.full((4,), 0.0625), torch.full((4,), 0.0625), 4)
+    assert not any(t["can_reject"] for t in rec.values())
+
+
+# ----------------------------------------------------------------------------- p2-code
+def _keys_with_g(log10_g: float, n: int = 10, d: int = 16) -> torch.Tensor:
+    """Keys whose normalisers g_j = Σ_m exp(s k_jᵀk_m) sit near 10**log10_g (scale s = 1)."""
+    gen = torch.Generator().manual_seed(7)
+    k = torch.linalg.qr(torch.randn(d, n, generator=gen, dtype=torch.float64)).Q.T  # orthonormal rows
+    return k * (log10_g * 2.302585) ** 0.5  # s‖k_j‖² = ln g, cross terms 0
+
+
+@pytest.mark.parametrize("log10_g, affected", [(9.0, True), (3.0, False)])
+def test_p2_code_row_epsilon_pulls_cosines_of_tiny_v_hat_rows_to_zero(log10_g, affected):
+    """A hand-built head with g ≈ 1e9: ‖v̂_j‖ ≈ 1e-10, so x/(‖x‖ + 1e-8) shrinks V̂'s unit rows
+    ~100-fold and the direct cosine of V = g·V̂ (exactly 1) collapses; with g ≈ 1e3 it stays 1."""
+    k = _keys_with_g(log10_g)
+    v_hat, log_g = p2_code_values(k, scale=1.0)
+    assert float(log_g.mean()) / 2.302585 == pytest.approx(log10_g, abs=0.05)
+    v = (v_hat.to(torch.float64) * torch.exp(log_g).unsqueeze(-1))  # rows of norm ~1, same directions
+    exact = float(direct_cosine(v, v_hat.to(torch.float64)))
+    p2 = p2_code_metrics(k, v, scale=1.0)
+    assert exact == pytest.approx(1.0, abs=1e-5)
+    if affected:
+        assert float(p2["direct_cosine"]) < 0.2
+        assert float(p2["optimal_cosine"]) < 0.2
+    else:
+        assert float(p2["direct_cosine"]) == pytest.approx(1.0, abs=1e-3)
+        assert float(p2["optimal_cosine"]) == pytest.approx(1.0, abs=1e-3)
+
+
+# ---------------------------------------------------------------- serial vs -n 2, --rules
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+def _run(pytester, ckpt: Path, out: Path, *extra: str):
+    return pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        "--checkpoint", str(ckpt), "--arch", "vit_tiny_patch16_224", "--layers", "0",
+        "--heads", "0,1", "--n-samples", "6", "-k", "value_vectors", "--threads", "1",
+        "--out", str(out), "--cache-dir", str(out.parent / "cache"), *extra, timeout=600)
+
+
+@pytest.mark.slow
+def test_serial_and_xdist_give_identical_cis_and_rules_picks_the_verdict(pytester, tiny_checkpoint,
+                                                                        tmp_path):
+    serial = _run(pytester, tiny_checkpoint, tmp_path / "serial")
+    par = _run(pytester, tiny_checkpoint, tmp_path / "xdist", "-n", "2")
+    p2 = _run(pytester, tiny_checkpoint, tmp_path / "p2", "--rules", "p2")
+    for run in (serial, par, p2):
+        assert run.ret in (0, 1), run.stdout.str()[-3000:]
+    a, b, c = ({r["test_id"]: r for r in json.loads((tmp_path / d / "results.json").read_text())["records"]}
+               for d in ("serial", "xdist", "p2"))
+    assert set(a) == set(b) == set(c) and len(a) == 3
+    for tid in a:
+        assert a[tid]["ci"] == b[tid]["ci"] and a[tid]["vs_null"] == b[tid]["vs_null"]
+        assert a[tid]["verdicts"] == b[tid]["verdicts"] == c[tid]["verdicts"]
+        assert a[tid]["verdict"] == a[tid]["verdicts"]["ours"] and a[tid]["options"]["rules"] == "ours"
+        assert c[tid]["verdict"] == c[tid]["verdicts"]["p2"] and c[tid]["options"]["rules"] == "p2"
+        assert set(a[tid]["p2_code"]) == set(claim_v.P2_CODE_METRICS)
+
+
+def test_an_undetermined_head_still_carries_its_intervals_and_test():
+    gen = torch.Generator().manual_seed(4)
+    k = torch.randn(6, 24, 4, generator=gen, dtype=torch.float64)
+    layer = _layer_dict(k, torch.randn(6, 24, 4, generator=gen, dtype=torch.float64))
+    layer["undetermined"] = torch.ones(6, 1, dtype=torch.bool)
+    rec = claim_v.head_record("synthetic", 0, 0, layer,
+                              statistics=claim_v.head_statistics("synthetic", {0: layer}, [0])[(0, 0)])
+    assert rec["verdict"] == "undetermined"
+    assert rec["verdicts"] == {"p2": "undetermined", "ours": "undetermined"}
+    assert set(rec["ci"]) >= {"optimal_cosine", "linear_cka", "kernel_cka"} and "vs_null" in rec
