@@ -1,4 +1,4 @@
-"""A plain per-head reference for claim V (spec §1–§2), independent of :mod:`checks`.
+"""A plain per-head reference for claim V (method §1–§2), independent of :mod:`checks`.
 
 Everything here works on one attention head at a time, in float64 NumPy/SciPy, with the textbook
 form of each formula rather than the batched one the suite uses:
@@ -15,7 +15,7 @@ Its only purpose is to be an independent route to the numbers of
 it reports a speed ratio) and a baseline to time the batched path against. It imports nothing from
 ``checks``.
 
-Scale handling (numerics, not part of the spec): V̂ carries the factor 1/g_j, which can be very
+Scale handling (numerics, not part of the method): V̂ carries the factor 1/g_j, which can be very
 small, so every scale-invariant metric divides its operands by their largest magnitude first (per
 row for row metrics, per matrix for matrix metrics). A zero row or matrix yields 0, never NaN.
 """
@@ -36,7 +36,7 @@ from scipy.special import logsumexp
 
 METRIC_NAMES = ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka",
                 "relative_frobenius", "pearson", "allclose", "subspace_overlap")
-ALLCLOSE_ATOL, ALLCLOSE_RTOL = 1e-5, 1e-3  # spec §2: |V − V̂| ≤ 1e-5 + 1e-3·|V̂|
+ALLCLOSE_ATOL, ALLCLOSE_RTOL = 1e-5, 1e-3  # method §2: |V − V̂| ≤ 1e-5 + 1e-3·|V̂|
 EPS = np.finfo(np.float64).eps
 TINY = np.finfo(np.float64).tiny
 
@@ -67,7 +67,7 @@ def _no_clock(name: str) -> Iterator[None]:
     yield
 
 
-# ------------------------------------------------------------------------------ spec §1, one head
+# ------------------------------------------------------------------------------ method §1, one head
 def _as_f64(x, name: str) -> np.ndarray:
     arr = np.array(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
     if arr.ndim != 2:
@@ -78,17 +78,17 @@ def _as_f64(x, name: str) -> np.ndarray:
 
 
 def standardize(x: np.ndarray, eps: float = 1e-8) -> np.ndarray:
-    """Per-token (x − mean)/(std + eps) over the features, unbiased std (spec §1)."""
+    """Per-token (x − mean)/(std + eps) over the features, unbiased std (method §1)."""
     return (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, ddof=1, keepdims=True) + eps)
 
 
 def centring_matrix(n: int) -> np.ndarray:
-    """H = I − 11ᵀ/N (spec §1)."""
+    """H = I − 11ᵀ/N (method §1)."""
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
 def sign_fixed(vectors: np.ndarray) -> np.ndarray:
-    """Each column flipped so that its entry of largest magnitude is positive (spec §1)."""
+    """Each column flipped so that its entry of largest magnitude is positive (method §1)."""
     out = vectors.copy()
     for col in range(out.shape[1]):
         if out[np.argmax(np.abs(out[:, col])), col] < 0:
@@ -101,7 +101,7 @@ def pad_columns(x: np.ndarray, d: int) -> np.ndarray:
     return np.hstack([x, np.zeros((x.shape[0], d - x.shape[1]))]) if x.shape[1] < d else x
 
 
-# ----------------------------------------------------------------------------- spec §2 metrics
+# ----------------------------------------------------------------------------- method §2 metrics
 def _by_peak(x: np.ndarray, axis=None) -> np.ndarray:
     peak = np.abs(x).max(axis=axis, keepdims=axis is not None)
     return x / np.maximum(peak, TINY)
@@ -115,12 +115,12 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 def direct_cosine(x: np.ndarray, y: np.ndarray) -> float:
-    """Mean over tokens of cos(v_j, v̂_j) (spec §2); a zero row counts as 0."""
+    """Mean over tokens of cos(v_j, v̂_j) (method §2); a zero row counts as 0."""
     return float(np.mean(np.clip(np.sum(_unit(x) * _unit(y), axis=1), -1.0, 1.0)))
 
 
 def optimal_cosine(x: np.ndarray, y: np.ndarray) -> float:
-    """Mean matched cosine under the Hungarian matching maximising Σ cos(v_j, v̂_π(j)) (spec §2)."""
+    """Mean matched cosine under the Hungarian matching maximising Σ cos(v_j, v̂_π(j)) (method §2)."""
     c = np.clip(_unit(x) @ _unit(y).T, -1.0, 1.0)  # C[j, k] = cos(v_j, v̂_k)
     rows, cols = linear_sum_assignment(c, maximize=True)
     return float(c[rows, cols].mean())
@@ -137,7 +137,7 @@ def _cka_of_grams(kx: np.ndarray, ky: np.ndarray) -> float:
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
-    """Linear CKA, biased HSIC, in the N×N Gram form with K_X = XXᵀ (spec §2)."""
+    """Linear CKA, biased HSIC, in the N×N Gram form with K_X = XXᵀ (method §2)."""
     xs, ys = _by_peak(x), _by_peak(y)
     return _cka_of_grams(xs @ xs.T, ys @ ys.T)
 
@@ -145,17 +145,17 @@ def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
 def _rbf(x: np.ndarray) -> np.ndarray:
     """exp(−‖x_i − x_j‖²/(2σ²)), σ² the lower middle value of the pairwise squared distances."""
     dist = pdist(_by_peak(x), "sqeuclidean")
-    sigma2 = max(float(np.sort(dist)[(len(dist) - 1) // 2]), TINY)  # spec §2: lower median
+    sigma2 = max(float(np.sort(dist)[(len(dist) - 1) // 2]), TINY)  # method §2: lower median
     return np.exp(-squareform(dist) / (2.0 * sigma2))
 
 
 def kernel_cka(x: np.ndarray, y: np.ndarray) -> float:
-    """CKA with RBF Gram matrices, σ² chosen separately for V and V̂ (spec §2)."""
+    """CKA with RBF Gram matrices, σ² chosen separately for V and V̂ (method §2)."""
     return _cka_of_grams(_rbf(x), _rbf(y))
 
 
 def relative_frobenius(x: np.ndarray, y: np.ndarray) -> float:
-    """‖V − V̂‖_F / ‖V‖_F (spec §2); 0 for two zero matrices, inf for a zero V alone."""
+    """‖V − V̂‖_F / ‖V‖_F (method §2); 0 for two zero matrices, inf for a zero V alone."""
     peak = max(np.abs(x).max(), np.abs(y).max(), TINY)
     num, den = np.linalg.norm((x - y) / peak), np.linalg.norm(x / peak)
     if den == 0:
@@ -164,7 +164,7 @@ def relative_frobenius(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Per token, the correlation of v_j and v̂_j over the d features; mean over tokens (spec §2)."""
+    """Per token, the correlation of v_j and v̂_j over the d features; mean over tokens (method §2)."""
     xs, ys = _by_peak(x, axis=1), _by_peak(y, axis=1)
     xc, yc = xs - xs.mean(axis=1, keepdims=True), ys - ys.mean(axis=1, keepdims=True)
     r = np.clip(np.sum(_unit(xc) * _unit(yc), axis=1), -1.0, 1.0)  # zero variance → 0
@@ -172,7 +172,7 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def allclose(x: np.ndarray, y: np.ndarray) -> float:
-    """1.0 when |V − V̂| ≤ 1e-5 + 1e-3·|V̂| everywhere, else 0.0 (spec §2)."""
+    """1.0 when |V − V̂| ≤ 1e-5 + 1e-3·|V̂| everywhere, else 0.0 (method §2)."""
     return float(np.all(np.abs(x - y) <= ALLCLOSE_ATOL + ALLCLOSE_RTOL * np.abs(y)))
 
 
@@ -190,7 +190,7 @@ def _column_basis(x: np.ndarray) -> np.ndarray:
 
 
 def subspace_overlap(x: np.ndarray, y: np.ndarray) -> float:
-    """Mean cos² of the principal angles between the column spaces of V and V̂ (spec §2, ours):
+    """Mean cos² of the principal angles between the column spaces of V and V̂ (method §2, ours):
     Σ σ_i(Q_xᵀQ_y)² / max(rank x, rank y)."""
     qx, qy = _column_basis(x), _column_basis(y)
     if qx.shape[1] == 0 or qy.shape[1] == 0:
@@ -207,7 +207,7 @@ METRICS = {"direct_cosine": direct_cosine, "linear_cka": linear_cka, "kernel_cka
 # --------------------------------------------------------------------------------- one head, all
 def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys: bool = False,
                    convention: str = "p2", clock: StageClock | None = None) -> dict[str, float]:
-    """Claim-V metrics of one head against V̂ and the null V̂₀, computed plainly (spec §1–§2).
+    """Claim-V metrics of one head against V̂ and the null V̂₀, computed plainly (method §1–§2).
 
     Parameters
     ----------
@@ -218,7 +218,7 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
     scale : float, optional
         Softmax scale s; 1/√d when None.
     standardize_keys : bool
-        Standardise keys per token first (spec §1).
+        Standardise keys per token first (method §1).
     convention : {"p2", "kpca"}
         Unit axes a_m (P2) or a_m/√μ_m.
     clock : StageClock, optional
@@ -227,7 +227,7 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
     Returns
     -------
     dict of float
-        The 8 metrics of spec §2, each with a ``_null`` twin; ``undetermined`` (1.0/0.0),
+        The 8 metrics of method §2, each with a ``_null`` twin; ``undetermined`` (1.0/0.0),
         ``mu_d`` (0 when N < d) and ``threshold`` (N·ε·‖K_φ‖₂).
     """
     timed = clock.stage if clock is not None else _no_clock
@@ -245,7 +245,7 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
     with timed("gram"):
         if standardize_keys:
             k = standardize(k)
-        scores = s * (k @ k.T)  # spec §1: S = s·K Kᵀ
+        scores = s * (k @ k.T)  # method §1: S = s·K Kᵀ
         log_g = logsumexp(scores, axis=1)  # log g_j = logsumexp_m S_jm
         k_phi = np.exp(scores - log_g[:, None] - log_g[None, :])  # K_φ in log space
         h = centring_matrix(n)
@@ -261,7 +261,7 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
             axes = axes / np.sqrt(np.maximum(mu[:m], TINY))
         g_inv = np.diag(np.exp(-log_g))  # G = diag(1/g_j)
         v_hat = pad_columns(g_inv @ h @ axes, d)  # P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
-        v_null = pad_columns(g_inv @ h @ a0, d)  # spec §2: V̂₀ = G(I − 11ᵀ/N)A₀
+        v_null = pad_columns(g_inv @ h @ a0, d)  # method §2: V̂₀ = G(I − 11ᵀ/N)A₀
         out: dict[str, float] = {}
         for suffix, target in (("", v_hat), ("_null", v_null)):
             for name, fn in METRICS.items():
@@ -295,7 +295,7 @@ J_NAMES = ("log_phi_sq_mean", "phi_sq_mean", "h_sq_mean", "j_proj", "bessel_shar
 
 def reference_j_head(q, k, v, scale: float | None = None,
                      clock: StageClock | None = None) -> dict[str, float]:
-    """Claim-J terms of one head, plainly (spec §3): the per-layer quantities the session stores.
+    """Claim-J terms of one head, plainly (method §3): the per-layer quantities the session stores.
 
     ‖φ(q_i)‖² = exp(s‖q_i‖² − 2 log g(q_i)) with log g(q_i) = logsumexp_j s·q_iᵀk_j; P1's logged
     value exp(q·q − 2(1−s)·q·k₀)/g(q)²; h_i = softmax(S_i) V; J_proj = mean(‖φ‖² − ‖h‖²); the Bessel
@@ -340,7 +340,7 @@ def _centred_gram_plain(k: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray
 
 def _pair_spreads(gamma: np.ndarray, valid: np.ndarray) -> tuple[float, float]:
     """Mean over columns of the mean over valid pairs i < j of |γ_i − γ_j|/max(|γ_i|, |γ_j|)
-    (0 when both are 0) and of |γ_i − γ_j|, with the explicit pair matrix (spec §4)."""
+    (0 when both are 0) and of |γ_i − γ_j|, with the explicit pair matrix (method §4)."""
     rel, ab = [], []
     for col in range(gamma.shape[1]):
         g = gamma[valid[:, col], col]
@@ -359,7 +359,7 @@ def _pair_spreads(gamma: np.ndarray, valid: np.ndarray) -> tuple[float, float]:
 
 def reference_e_head(k, v, perturbed, scale: float | None = None,
                      clock: StageClock | None = None) -> dict[str, float | np.ndarray]:
-    """Claim-E quantities of one head, plainly (spec §4): the top-d spectra of the log-space raw
+    """Claim-E quantities of one head, plainly (method §4): the top-d spectra of the log-space raw
     and standardised routes and of the naive float32 route (NaN → 0, with its finite flag), and
     the mean relative and absolute γ spreads of the learned values, the eigenvectors and the
     perturbed basis ``perturbed`` [N, m] (P2's QR(A + 0.1 Z); given, since its noise is one draw

@@ -2,9 +2,9 @@
 ``docs/method.md``. No models, no files, no pytest: tensors in, tensors out.
 
 Single-head entry points (tensors of shape [N, d]):
-- :func:`value_vector_metrics` — claim V (spec §2)
-- :func:`projection_terms` — claim J (spec §3)
-- :func:`gram_spectrum`, :func:`gamma_spread` — claim E (spec §4)
+- :func:`value_vector_metrics` — claim V (method §2)
+- :func:`projection_terms` — claim J (method §3)
+- :func:`gram_spectrum`, :func:`gamma_spread` — claim E (method §4)
 Each has a batched twin over any leading dimensions in its module.
 """
 

@@ -1,4 +1,4 @@
-"""Optimal one-to-one token matching for the optimal-cosine metric (spec §2, P2's protocol).
+"""Optimal one-to-one token matching for the optimal-cosine metric (method §2, P2's protocol).
 
 Three solvers of the same problem, max over permutations π of Σ_j cos[j, π(j)]:
 

@@ -18,7 +18,7 @@ DEFAULT_DTYPE = torch.float64
 
 
 def resolve_scale(d: int, scale: float | None) -> float:
-    """The softmax scale s: the module's own scale if given, else 1/√d (spec §1).
+    """The softmax scale s: the module's own scale if given, else 1/√d (method §1).
 
     >>> resolve_scale(64, None), resolve_scale(64, 0.5)
     (0.125, 0.5)
@@ -31,7 +31,7 @@ def resolve_scale(d: int, scale: float | None) -> float:
 
 
 def standardize_tokens(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Per-token standardisation over the feature axis: (x − mean)/(std + eps), unbiased std (spec §1).
+    """Per-token standardisation over the feature axis: (x − mean)/(std + eps), unbiased std (method §1).
 
     >>> x = standardize_tokens(torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64))
     >>> [round(v, 6) for v in x[0].tolist()]
@@ -43,7 +43,7 @@ def standardize_tokens(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
 
 
 def score_matrix(k: torch.Tensor, scale: float) -> torch.Tensor:
-    """S = s·K Kᵀ, shape [..., N, N] (spec §1).
+    """S = s·K Kᵀ, shape [..., N, N] (method §1).
 
     >>> score_matrix(torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64), 0.5).tolist()
     [[0.5, 0.5], [0.5, 1.0]]
@@ -52,7 +52,7 @@ def score_matrix(k: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 def log_normaliser(scores: torch.Tensor) -> torch.Tensor:
-    """log g_j = logsumexp_m S_jm, shape [..., N] (spec §1).
+    """log g_j = logsumexp_m S_jm, shape [..., N] (method §1).
 
     >>> round(float(log_normaliser(torch.zeros(1, 4, dtype=torch.float64))[0]), 12) == round(math.log(4), 12)
     True
@@ -61,12 +61,12 @@ def log_normaliser(scores: torch.Tensor) -> torch.Tensor:
 
 
 def log_normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
-    """log K_φ[i, j] = S_ij − log g_i − log g_j, shape [..., N, N] (spec §1)."""
+    """log K_φ[i, j] = S_ij − log g_i − log g_j, shape [..., N, N] (method §1)."""
     return (scores - log_g.unsqueeze(-1)).sub_(log_g.unsqueeze(-2))
 
 
 def normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
-    """K_φ[i, j] = exp(S_ij − log g_i − log g_j), computed in log space; entries in (0, 1] (spec §1).
+    """K_φ[i, j] = exp(S_ij − log g_i − log g_j), computed in log space; entries in (0, 1] (method §1).
 
     Zero scores give K_φ = 1/N² everywhere; huge scores give no overflow (entries ≤ 1):
 
@@ -81,7 +81,7 @@ def normalized_gram(scores: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
 
 
 def center_gram(gram: torch.Tensor) -> torch.Tensor:
-    """K̃ = H K H with H = I − 11ᵀ/N, by subtracting row and column means (spec §1).
+    """K̃ = H K H with H = I − 11ᵀ/N, by subtracting row and column means (method §1).
 
     >>> center_gram(torch.full((3, 3), 0.5, dtype=torch.float64)).abs().max().item()
     0.0
@@ -93,7 +93,7 @@ def center_gram(gram: torch.Tensor) -> torch.Tensor:
 
 
 def fix_signs(vectors: torch.Tensor) -> torch.Tensor:
-    """Flip each column so that its entry of largest magnitude is positive (spec §1).
+    """Flip each column so that its entry of largest magnitude is positive (method §1).
 
     ``vectors`` has shape [..., N, m]; the sign rule makes results independent of the eigensolver.
 
@@ -133,7 +133,7 @@ def sorted_eigvalsh(matrix: torch.Tensor, top: int | None = None) -> torch.Tenso
 
 
 def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
-    """V̂ = G (I − 11ᵀ/N) A with G = diag(1/g_j): v̂_j = (a_j − mean_m a_m)/g_j (P1 Eq. 6; spec §1).
+    """V̂ = G (I − 11ᵀ/N) A with G = diag(1/g_j): v̂_j = (a_j − mean_m a_m)/g_j (P1 Eq. 6; method §1).
 
     ``axes`` is A, shape [..., N, m]; ``log_g`` is log g, shape [..., N].
 
@@ -187,7 +187,7 @@ def psd_spectral_norm(gram: torch.Tensor, max_steps: int = 96, rtol: float = 1e-
 
 
 def undetermined_threshold(gram: torch.Tensor) -> torch.Tensor:
-    """N·ε·‖K_φ‖₂, below which an eigenvalue of K̃ is round-off (spec §2, "Undetermined heads")."""
+    """N·ε·‖K_φ‖₂, below which an eigenvalue of K̃ is round-off (method §2, "Undetermined heads")."""
     n = gram.shape[-1]
     eps = torch.finfo(gram.dtype).eps
     return n * eps * psd_spectral_norm(gram)
@@ -257,7 +257,7 @@ class KeyGram:
 
     @property
     def threshold(self) -> torch.Tensor:
-        """N·ε·‖K_φ‖₂ [...] (spec §2, "Undetermined heads")."""
+        """N·ε·‖K_φ‖₂ [...] (method §2, "Undetermined heads")."""
         return self._unit_threshold * self._peak
 
     @functools.cached_property

@@ -1,4 +1,4 @@
-"""Claim J: the KPCA projection loss J_proj of one attention head and its two terms (spec §3).
+"""Claim J: the KPCA projection loss J_proj of one attention head and its two terms (method §3).
 
 For queries Q ∈ R^{N×d}, keys K ∈ R^{M×d} and values V ∈ R^{M×d_v} of one head (self-attention has
 M = N), with kernel k(x, y) = exp(s·xᵀy) and g(q) = Σ_j k(q, k_j):
@@ -52,7 +52,7 @@ def _check_kv(k: torch.Tensor, v: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def query_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """S_q = s·Q Kᵀ, shape [..., N, M] (spec §3).
+    """S_q = s·Q Kᵀ, shape [..., N, M] (method §3).
 
     >>> q = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
     >>> query_scores(q, q, 0.5).tolist()
@@ -62,7 +62,7 @@ def query_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor
 
 
 def log_phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """log ‖φ(q_i)‖² = s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j), shape [..., N] (spec §3).
+    """log ‖φ(q_i)‖² = s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j), shape [..., N] (method §3).
 
     Finite for any finite input: no exponential is ever formed.
 
@@ -75,7 +75,7 @@ def log_phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None
     _check_qk(q, k)
     s = resolve_scale(q.shape[-1], scale)
     log_g = torch.logsumexp(query_scores(q, k, s), dim=-1)
-    return s * (q * q).sum(-1) - 2.0 * log_g  # spec §3, ‖φ(q)‖² = exp(s‖q‖²)/g(q)²
+    return s * (q * q).sum(-1) - 2.0 * log_g  # method §3, ‖φ(q)‖² = exp(s‖q‖²)/g(q)²
 
 
 def _exp_checked(log_x: torch.Tensor, what: str) -> torch.Tensor:
@@ -87,7 +87,7 @@ def _exp_checked(log_x: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def phi_sq_norm(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """‖φ(q_i)‖² = exp(s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j)), shape [..., N] (spec §3).
+    """‖φ(q_i)‖² = exp(s‖q_i‖² − 2·logsumexp_j(s·q_iᵀk_j)), shape [..., N] (method §3).
 
     Computed as the exponential of :func:`log_phi_sq_norm`, so it stays finite where the direct
     formula exp(s‖q‖²)/(Σ_j exp(s·qᵀk_j))² overflows (keys and queries ×50). A value that itself
@@ -110,7 +110,7 @@ def log_phi_sq_norm_p1_code(q: torch.Tensor, k: torch.Tensor,
     exp(2·q·k₀ − log(softmax_0(s·q·k)²)), where k₀ is the key of the **first token** (index 0 on
     the token axis: the class token of a ViT/DeiT) and q·k₀ is the *unscaled* score while the
     softmax uses the scaled ones. Since softmax_0 = exp(s·q·k₀)/g(q), with g(q) = Σ_j exp(s·q·k_j),
-    the denominator is g(q)²·exp(2(1−s)·q·k₀), hence the closed form (spec §3)::
+    the denominator is g(q)²·exp(2(1−s)·q·k₀), hence the closed form (method §3)::
 
         ‖φ(q)‖²_p1 = exp(q·q − 2(1−s)·q·k₀) / g(q)²,
         ‖φ(q)‖²_p1 / ‖φ(q)‖²_exact = exp((1−s)·(q·q − 2·q·k₀)).
@@ -127,12 +127,12 @@ def log_phi_sq_norm_p1_code(q: torch.Tensor, k: torch.Tensor,
     s = resolve_scale(q.shape[-1], scale)
     log_g = torch.logsumexp(query_scores(q, k, s), dim=-1)
     qk0 = (q * k[..., :1, :]).sum(-1)  # unscaled score against the first key
-    return (q * q).sum(-1) - 2.0 * (1.0 - s) * qk0 - 2.0 * log_g  # spec §3, P1's logged ‖φ‖²
+    return (q * q).sum(-1) - 2.0 * (1.0 - s) * qk0 - 2.0 * log_g  # method §3, P1's logged ‖φ‖²
 
 
 def head_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scale: float | None = None) -> torch.Tensor:
-    """h_i = Σ_j softmax_j(s·q_iᵀk_j) v_j, shape [..., N, d_v] (spec §3).
+    """h_i = Σ_j softmax_j(s·q_iᵀk_j) v_j, shape [..., N, d_v] (method §3).
 
     The head output before the output projection; no dropout, no mask.
 
@@ -152,7 +152,7 @@ def head_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def h_sq_norm(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               scale: float | None = None) -> torch.Tensor:
-    """‖h_i‖², shape [..., N] (spec §3).
+    """‖h_i‖², shape [..., N] (method §3).
 
     >>> q = torch.zeros(1, 2, dtype=torch.float64)
     >>> k = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
@@ -169,7 +169,7 @@ def h_sq_norm(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # ---------------------------------------------------------------------------------------------
 
 def projection_loss(phi_sq: torch.Tensor, h_sq: torch.Tensor) -> torch.Tensor:
-    """J_proj = (1/N) Σ_i (‖φ(q_i)‖² − ‖h_i‖²), shape [...] (spec §3; P1 repository issue #1).
+    """J_proj = (1/N) Σ_i (‖φ(q_i)‖² − ‖h_i‖²), shape [...] (method §3; P1 repository issue #1).
 
     >>> projection_loss(torch.tensor([3.0, 5.0]), torch.tensor([1.0, 1.0])).item()
     3.0
@@ -178,7 +178,7 @@ def projection_loss(phi_sq: torch.Tensor, h_sq: torch.Tensor) -> torch.Tensor:
 
 
 def bessel_share(phi_sq: torch.Tensor, h_sq: torch.Tensor, rtol: float = 0.0) -> torch.Tensor:
-    """Share of tokens with ‖h_i‖² ≤ ‖φ(q_i)‖²·(1 + rtol), shape [...] (spec §3, Bessel).
+    """Share of tokens with ‖h_i‖² ≤ ‖φ(q_i)‖²·(1 + rtol), shape [...] (method §3, Bessel).
 
     Only reports the share; the verdict's 99% bar is applied elsewhere. ``rtol`` (default 0, an
     exact comparison) allows round-off in hand-built heads where the bound is nearly attained.
@@ -193,7 +193,7 @@ def bessel_share(phi_sq: torch.Tensor, h_sq: torch.Tensor, rtol: float = 0.0) ->
 
 def magnitude_log10_ratio(phi_sq: torch.Tensor, h_sq: torch.Tensor,
                           log_phi_sq: torch.Tensor | None = None) -> torch.Tensor:
-    """log10(mean_i ‖h_i‖² / mean_i ‖φ(q_i)‖²), shape [...] (spec §3, Magnitude).
+    """log10(mean_i ‖h_i‖² / mean_i ‖φ(q_i)‖²), shape [...] (method §3, Magnitude).
 
     If ``log_phi_sq`` is given, mean ‖φ‖² is taken in log space (logsumexp − log N), which stays
     exact when the ‖φ‖² themselves under- or overflow. Raises ValueError when a mean is zero or
@@ -209,7 +209,7 @@ def magnitude_log10_ratio(phi_sq: torch.Tensor, h_sq: torch.Tensor,
         log_mean_phi = torch.log(phi_sq.mean(-1))
     else:
         log_mean_phi = torch.logsumexp(log_phi_sq, dim=-1) - math.log(n)
-    ratio = (torch.log(h_sq.mean(-1)) - log_mean_phi) / math.log(10.0)  # spec §3, log10 ratio
+    ratio = (torch.log(h_sq.mean(-1)) - log_mean_phi) / math.log(10.0)  # method §3, log10 ratio
     if not bool(torch.isfinite(ratio).all()):
         bad = tuple(int(i) for i in torch.nonzero(~torch.isfinite(ratio))[0]) if ratio.ndim else ()
         raise UndefinedValueError(
@@ -220,7 +220,7 @@ def magnitude_log10_ratio(phi_sq: torch.Tensor, h_sq: torch.Tensor,
 
 def p1_logged_value(phi_sq: torch.Tensor, h_sq: torch.Tensor,
                     dim: int | tuple[int, ...] | None = None) -> torch.Tensor:
-    """P1's logged curve: log(mean(‖φ(q)‖² − ‖h‖²)) over ``dim`` (spec §3, "P1's logged quantity").
+    """P1's logged curve: log(mean(‖φ(q)‖² − ‖h‖²)) over ``dim`` (method §3, "P1's logged quantity").
 
     P1's code took, per layer, the natural log of the mean error over batch, heads and tokens
     together (``dim=None``, the default: all elements) and then averaged those logs over the
@@ -243,7 +243,7 @@ def projection_terms_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              scale: float | None = None, standardize: bool = False,
                              variant: str = "exact",
                              dtype: torch.dtype = DEFAULT_DTYPE) -> dict[str, torch.Tensor]:
-    """J_proj and its terms for a batch of heads (spec §3).
+    """J_proj and its terms for a batch of heads (method §3).
 
     Parameters
     ----------
@@ -252,8 +252,8 @@ def projection_terms_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     scale : float, optional
         Softmax scale s; 1/√d when None.
     standardize : bool
-        Standardise q and k per token over the d features first (spec §1), as P1's attention does
-        (P1 divides by the unbiased std without the 1e-8 of spec §1; the difference is negligible).
+        Standardise q and k per token over the d features first (method §1), as P1's attention does
+        (P1 divides by the unbiased std without the 1e-8 of method §1; the difference is negligible).
     variant : {"exact", "p1-code"}
         "exact" (default): the true ‖φ(q)‖². "p1-code": **P1's logged quantity, not the true
         value** — ‖φ(q)‖² as P1's code computed it, exp(q·q − 2(1−s)·q·k₀)/g(q)² with k₀ the first
@@ -313,7 +313,7 @@ def projection_terms_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def projection_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      scale: float | None = None, *, standardize: bool = False,
                      variant: str = "exact") -> dict[str, torch.Tensor | float]:
-    """J_proj of a single head: q [N, d], k [M, d], v [M, d_v] (spec §3), in float64.
+    """J_proj of a single head: q [N, d], k [M, d], v [M, d_v] (method §3), in float64.
 
     Returns {"phi_sq": Tensor [N], "h_sq": Tensor [N], "j_proj": float}: ‖φ(q_i)‖² and ‖h_i‖² per
     query token and J_proj = mean_i(‖φ(q_i)‖² − ‖h_i‖²). See :func:`projection_terms_batched`
@@ -361,7 +361,7 @@ def average_ranks(x: torch.Tensor) -> torch.Tensor:
 
 
 def spearman_rho(values: torch.Tensor, steps: torch.Tensor) -> float:
-    """Spearman's ρ between a series [T] and its training steps [T] (spec §3, Trend).
+    """Spearman's ρ between a series [T] and its training steps [T] (method §3, Trend).
 
     The Pearson correlation of the average ranks (ties averaged). ρ < 0 means the series falls
     with training. Raises ValueError for T < 2, non-finite entries, or a constant series (ρ is
@@ -390,7 +390,7 @@ def spearman_rho(values: torch.Tensor, steps: torch.Tensor) -> float:
 
 def term_attribution(phi_sq_means: torch.Tensor,
                      h_sq_means: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Which term of J_proj = ‖φ‖² − ‖h‖² carries its change over a series (spec §3, Trend).
+    """Which term of J_proj = ‖φ‖² − ‖h‖² carries its change over a series (method §3, Trend).
 
     ``phi_sq_means`` and ``h_sq_means`` are [..., T]: mean ‖φ(q)‖² and mean ‖h‖² per checkpoint,
     in training order. With Δx = x_last − x_first:
@@ -409,7 +409,7 @@ def term_attribution(phi_sq_means: torch.Tensor,
     _check_series(phi_sq_means, h_sq_means, names=("phi_sq_means", "h_sq_means"))
     phi = phi_sq_means.to(torch.float64)
     h = h_sq_means.to(torch.float64)
-    j = phi - h  # spec §3, J_proj per checkpoint
+    j = phi - h  # method §3, J_proj per checkpoint
     d_phi = phi[..., -1] - phi[..., 0]
     d_h = h[..., -1] - h[..., 0]
     d_j = d_phi - d_h  # = J_last − J_first, written so that the two shares sum to 1

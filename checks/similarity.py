@@ -74,17 +74,17 @@ def _unit_frobenius(x: torch.Tensor) -> torch.Tensor:
 # the null V̂₀ together. Every formula lives in exactly one of these helpers.
 
 def _cosine_pair(ux: torch.Tensor, uy: torch.Tensor) -> torch.Tensor:
-    """C = U_x U_yᵀ from unit rows, clamped to [−1, 1], [..., N, N] (spec §2: cos(v_j, v̂_k))."""
+    """C = U_x U_yᵀ from unit rows, clamped to [−1, 1], [..., N, N] (method §2: cos(v_j, v̂_k))."""
     return (ux @ uy.transpose(-1, -2)).clamp(-1.0, 1.0)
 
 
 def _direct_pair(ux: torch.Tensor, uy: torch.Tensor) -> torch.Tensor:
-    """Mean over tokens of cos(x_j, y_j) from unit rows, [...] (spec §2: cos(v_j, v̂_j))."""
+    """Mean over tokens of cos(x_j, y_j) from unit rows, [...] (method §2: cos(v_j, v̂_j))."""
     return (ux * uy).sum(-1).clamp(-1.0, 1.0).mean(-1)
 
 
 def cosine_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """C[..., j, k] = cos(x_j, y_k) between the token rows of x and y, shape [..., N, N] (spec §2).
+    """C[..., j, k] = cos(x_j, y_k) between the token rows of x and y, shape [..., N, N] (method §2).
 
     >>> x = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64)
     >>> cosine_matrix(x, x).tolist()
@@ -95,7 +95,7 @@ def cosine_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def direct_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean over tokens j of cos(x_j, y_j), shape [...]; a zero row counts as 0 (spec §2, P2).
+    """Mean over tokens j of cos(x_j, y_j), shape [...]; a zero row counts as 0 (method §2, P2).
 
     >>> x = torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     >>> round(float(direct_cosine(x, 5 * x)), 12), round(float(direct_cosine(x, -x)), 12)
@@ -106,7 +106,7 @@ def direct_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def optimal_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean of matched cosines under the matching π maximising Σ_j cos(x_j, y_π(j)) (spec §2, P2).
+    """Mean of matched cosines under the matching π maximising Σ_j cos(x_j, y_π(j)) (method §2, P2).
 
     π comes from :func:`checks.assignment.optimal_matching` (SciPy's Hungarian solver by
     default), shape [...].
@@ -135,7 +135,7 @@ def matched_cosine(cos: torch.Tensor) -> torch.Tensor:
 
 
 def linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Linear CKA with biased HSIC, computed in feature space, shape [...] (spec §2, P2).
+    """Linear CKA with biased HSIC, computed in feature space, shape [...] (method §2, P2).
 
     With column-centred Xc, Yc: ‖YcᵀXc‖²_F / (‖XcᵀXc‖_F ‖YcᵀYc‖_F), which equals the N×N form
     ⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F) with K_X = XXᵀ. A zero-variance operand gives 0.
@@ -162,12 +162,12 @@ def _linear_cka_pair(px: tuple[torch.Tensor, torch.Tensor],
                      py: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """‖YcᵀXc‖²_F / (‖XcᵀXc‖_F ‖YcᵀYc‖_F) from two :func:`_linear_cka_operand` results."""
     (xc, self_x), (yc, self_y) = px, py
-    cross = torch.linalg.matrix_norm(yc.transpose(-1, -2) @ xc) ** 2  # spec §2: ‖YcᵀXc‖²_F
+    cross = torch.linalg.matrix_norm(yc.transpose(-1, -2) @ xc) ** 2  # method §2: ‖YcᵀXc‖²_F
     return cross / (self_x * self_y).clamp_min(_tiny(xc))
 
 
 def squared_distances(x: torch.Tensor) -> torch.Tensor:
-    """D[..., i, j] = ‖x_i − x_j‖², built as ‖x_i‖² + ‖x_j‖² − 2x_iᵀx_j (spec §2, kernel CKA).
+    """D[..., i, j] = ‖x_i − x_j‖², built as ‖x_i‖² + ‖x_j‖² − 2x_iᵀx_j (method §2, kernel CKA).
 
     Clamped at 0 and with an exactly zero diagonal (``torch.cdist`` leaves round-off there).
 
@@ -176,7 +176,7 @@ def squared_distances(x: torch.Tensor) -> torch.Tensor:
     [[0.0, 25.0], [25.0, 0.0]]
     """
     sq = (x * x).sum(-1)
-    d2 = (x @ x.transpose(-1, -2)).mul_(-2.0)  # spec §2: ‖x_i‖² + ‖x_j‖² − 2x_iᵀx_j, in place
+    d2 = (x @ x.transpose(-1, -2)).mul_(-2.0)  # method §2: ‖x_i‖² + ‖x_j‖² − 2x_iᵀx_j, in place
     d2.add_(sq.unsqueeze(-1)).add_(sq.unsqueeze(-2)).clamp_min_(0.0)
     d2.diagonal(dim1=-2, dim2=-1).zero_()
     return d2
@@ -185,7 +185,7 @@ def squared_distances(x: torch.Tensor) -> torch.Tensor:
 def median_bandwidth(x: torch.Tensor) -> torch.Tensor:
     """σ² = median of ‖x_i − x_j‖² over pairs i < j, the lower middle value (as torch.median), [...].
 
-    Spec §2, kernel CKA. Needs N ≥ 2 tokens.
+    Method §2, kernel CKA. Needs N ≥ 2 tokens.
 
     >>> x = torch.tensor([[0.0], [1.0], [3.0]], dtype=torch.float64)  # pair distances² 1, 4, 9
     >>> float(median_bandwidth(x))
@@ -200,11 +200,11 @@ def _median_pair_distance(d2: torch.Tensor) -> torch.Tensor:
     if n < 2:
         raise ValueError(f"kernel CKA needs at least 2 tokens, got N={n}")
     iu = torch.triu_indices(n, n, offset=1, device=d2.device)
-    return d2[..., iu[0], iu[1]].median(dim=-1).values  # spec §2: lower of the two middle values
+    return d2[..., iu[0], iu[1]].median(dim=-1).values  # method §2: lower of the two middle values
 
 
 def rbf_gram(x: torch.Tensor) -> torch.Tensor:
-    """K[..., i, j] = exp(−‖x_i − x_j‖²/(2σ²)), σ² from :func:`median_bandwidth` (spec §2).
+    """K[..., i, j] = exp(−‖x_i − x_j‖²/(2σ²)), σ² from :func:`median_bandwidth` (method §2).
 
     σ² is clamped at finfo.tiny: when more than half the pairs coincide (σ² = 0) coinciding tokens
     get 1 and all others 0, instead of NaN.
@@ -217,11 +217,11 @@ def rbf_gram(x: torch.Tensor) -> torch.Tensor:
     """
     d2 = squared_distances(x)
     sigma2 = _median_pair_distance(d2).clamp_min(_tiny(x))
-    return d2.div_(-2.0 * sigma2[..., None, None]).exp_()  # spec §2: exp(−‖x_i − x_j‖²/(2σ²))
+    return d2.div_(-2.0 * sigma2[..., None, None]).exp_()  # method §2: exp(−‖x_i − x_j‖²/(2σ²))
 
 
 def _gram_cka_pair(cx: torch.Tensor, cy: torch.Tensor) -> torch.Tensor:
-    """⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F) from centred Grams at unit Frobenius norm (spec §2)."""
+    """⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F) from centred Grams at unit Frobenius norm (method §2)."""
     return (cx * cy).sum(dim=(-2, -1))
 
 
@@ -231,7 +231,7 @@ def _kernel_cka_operand(xs: torch.Tensor) -> torch.Tensor:
 
 
 def kernel_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """CKA with RBF Gram matrices, σ² chosen separately for x and y, shape [...] (spec §2, P2).
+    """CKA with RBF Gram matrices, σ² chosen separately for x and y, shape [...] (method §2, P2).
 
     Invariant to orthogonal maps and isotropic scaling of either operand.
 
@@ -246,7 +246,7 @@ def kernel_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def relative_frobenius(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """‖X − Y‖_F / ‖X‖_F with X the learned V, shape [...] (spec §2, P2).
+    """‖X − Y‖_F / ‖X‖_F with X the learned V, shape [...] (method §2, P2).
 
     Both are divided by their common largest magnitude first (no overflow/underflow). When
     ‖X‖_F = 0 the ratio is 0 if Y is zero too and +inf otherwise (an undefined ratio, never NaN).
@@ -264,7 +264,7 @@ def _relative_frobenius_pair(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     peak = torch.maximum(x.abs().amax(dim=(-2, -1)), y.abs().amax(dim=(-2, -1)))
     peak = peak.clamp_min(_tiny(x))[..., None, None]
     xs, ys = x / peak, y / peak
-    num = torch.linalg.vector_norm(xs - ys, dim=(-2, -1))  # spec §2: ‖V − V̂‖_F
+    num = torch.linalg.vector_norm(xs - ys, dim=(-2, -1))  # method §2: ‖V − V̂‖_F
     den = torch.linalg.vector_norm(xs, dim=(-2, -1))  # ‖V‖_F
     ratio = num / den.clamp_min(_tiny(x))
     degenerate = torch.where(num > 0, torch.full_like(num, float("inf")), torch.zeros_like(num))
@@ -274,14 +274,14 @@ def _relative_frobenius_pair(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per token j, Pearson correlation of x_j and y_j across the d features; mean over tokens.
 
-    Shape [...] (spec §2, P2). A zero-variance row contributes 0.
+    Shape [...] (method §2, P2). A zero-variance row contributes 0.
 
     >>> x = torch.tensor([[1.0, 2.0, 4.0], [0.0, 1.0, -1.0]], dtype=torch.float64)
     >>> round(float(pearson(x, 2 * x + 3)), 12), round(float(pearson(x, -x)), 12)
     (1.0, -1.0)
     """
     _check_pair(x, y)
-    return _direct_pair(_pearson_operand(x), _pearson_operand(y))  # spec §2: corr(v_j, v̂_j)
+    return _direct_pair(_pearson_operand(x), _pearson_operand(y))  # method §2: corr(v_j, v̂_j)
 
 
 def _pearson_operand(x: torch.Tensor) -> torch.Tensor:
@@ -341,7 +341,7 @@ def _orthonormal_column_basis(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 
 def subspace_overlap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean cos² of the principal angles between the column spaces of x and y in R^N (spec §2, ours).
+    """Mean cos² of the principal angles between the column spaces of x and y in R^N (method §2, ours).
 
     = mean squared canonical correlation of the two sets of d columns (not centred): Σ_i cos²θ_i =
     ‖Q_xᵀQ_y‖²_F, with Q_x, Q_y orthonormal bases of the numerical column spaces (SVD with the rank
@@ -366,7 +366,7 @@ def _overlap_pair(bx: tuple[torch.Tensor, torch.Tensor],
                   by: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """‖Q_xᵀQ_y‖²_F / max(rank x, rank y) from two :func:`_orthonormal_column_basis` results."""
     (qx, rank_x), (qy, rank_y) = bx, by
-    total = torch.linalg.matrix_norm(qx.transpose(-1, -2) @ qy) ** 2  # spec §2: Σ cos²θ_i
+    total = torch.linalg.matrix_norm(qx.transpose(-1, -2) @ qy) ** 2  # method §2: Σ cos²θ_i
     return total / torch.maximum(rank_x, rank_y).clamp_min(1).to(qx.dtype)
 
 

@@ -1,4 +1,4 @@
-"""Claim E (spec §4): Gram eigenvalue statistics and the γ-constancy test of P1 Eq. 11.
+"""Claim E (method §4): Gram eigenvalue statistics and the γ-constancy test of P1 Eq. 11.
 
 Two parts, both pure batched tensor math (float64 by default, any leading dimensions):
 
@@ -11,7 +11,7 @@ Two parts, both pure batched tensor math (float64 by default, any leading dimens
 * **γ constancy** (P1 Eq. 11). :func:`recover_axes` turns learned values into candidate axes
   â_m, :func:`gamma_vectors` forms γ_i = (K̃ â_m)_i / (N â_im), :func:`pairwise_spread` measures how
   far γ is from constant, and :func:`gamma_spread_batched` does it for the learned V beside the two
-  controls of spec §4 (true eigenvectors, P2's perturbed basis).
+  controls of method §4 (true eigenvectors, P2's perturbed basis).
 
 Names follow method §4 (``docs/method.md``). Nothing here loops over heads or samples in the math.
 """
@@ -34,7 +34,7 @@ from .gram import (
     standardize_tokens,
 )
 
-#: The per-sample statistics of P2's eigenvalue protocol, in reporting order (spec §4).
+#: The per-sample statistics of P2's eigenvalue protocol, in reporting order (method §4).
 STATISTICS = ("max", "min", "mean", "median")
 
 #: Stages of the naive float32 route, in the order they run (see :func:`naive_gram_spectrum`).
@@ -46,7 +46,7 @@ NAIVE_STAGES = ("scores", "exp", "normaliser", "gram", "centre", "eigen")
 
 def gram_spectrum_batched(k: torch.Tensor, scale: float | None = None,
                           standardize: bool = False) -> torch.Tensor:
-    """Eigenvalues μ of the centred normalised key Gram matrix K̃, computed in log space (spec §1, §4).
+    """Eigenvalues μ of the centred normalised key Gram matrix K̃, computed in log space (method §1, §4).
 
     Parameters
     ----------
@@ -55,7 +55,7 @@ def gram_spectrum_batched(k: torch.Tensor, scale: float | None = None,
     scale : float, optional
         The softmax scale s; 1/√d when omitted.
     standardize : bool, default False
-        Standardise every key over its d features first (spec §1, the option P2 uses).
+        Standardise every key over its d features first (method §1, the option P2 uses).
 
     Returns
     -------
@@ -118,7 +118,7 @@ def naive_gram_spectrum(k: torch.Tensor, scale: float | None = None, standardize
                         dtype: torch.dtype = torch.float32) -> NaiveSpectrum:
     """P2's naive route: the spectrum of K̃ from K = exp(S) in ``dtype`` (float32), overflow kept.
 
-    Steps (spec §1, §4), all in ``dtype``: S = s·K Kᵀ; K = exp(S); g = K.sum(-1);
+    Steps (method §1, §4), all in ``dtype``: S = s·K Kᵀ; K = exp(S); g = K.sum(-1);
     K_φ = K/(g_i g_j); K̃ = H K_φ H; μ = eigvalsh(K̃). Unlike the log-space route
     (:func:`gram_spectrum_batched`) nothing is stabilised: with real keys exp(S) overflows float32
     (S_ij > 88.7). This function measures that honestly. It does not raise on overflow; it records
@@ -140,7 +140,7 @@ def naive_gram_spectrum(k: torch.Tensor, scale: float | None = None, standardize
     scale : float, optional
         Softmax scale s; 1/√d when omitted.
     standardize : bool, default False
-        Standardise keys per token (spec §1), in ``dtype``, before S.
+        Standardise keys per token (method §1), in ``dtype``, before S.
     dtype : torch.dtype, default torch.float32
         The floating dtype of the whole route.
 
@@ -181,13 +181,13 @@ def naive_gram_spectrum(k: torch.Tensor, scale: float | None = None, standardize
     x = k.to(dtype)
     if standardize:
         x = standardize_tokens(x)
-    scores = score_matrix(x, s)                                          # S = s·K Kᵀ (spec §1)
+    scores = score_matrix(x, s)                                          # S = s·K Kᵀ (method §1)
     kernel = torch.exp(scores)                                           # K = exp(S), no shift
     g = kernel.sum(dim=-1)                                               # g_j = Σ_m k(k_j, k_m)
     denom = g.unsqueeze(-1) * g.unsqueeze(-2)                            # g_i g_j
-    gram = kernel / denom                                                # K_φ (spec §1)
+    gram = kernel / denom                                                # K_φ (method §1)
     row, col = gram.mean(dim=-1, keepdim=True), gram.mean(dim=-2, keepdim=True)
-    centred = gram - row - col + gram.mean(dim=(-2, -1), keepdim=True)   # K̃ = H K_φ H (spec §1)
+    centred = gram - row - col + gram.mean(dim=(-2, -1), keepdim=True)   # K̃ = H K_φ H (method §1)
 
     ok = {
         "scores": _all_finite(x, 2) & _all_finite(scores, 2),
@@ -237,7 +237,7 @@ def _eigvalsh_flagged(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 # --------------------------------------------------------------------------------------------
-# Eigenvalue statistics (P2 protocol, spec §4)
+# Eigenvalue statistics (P2 protocol, method §4)
 # --------------------------------------------------------------------------------------------
 
 def _median(x: torch.Tensor) -> torch.Tensor:
@@ -248,7 +248,7 @@ def _median(x: torch.Tensor) -> torch.Tensor:
 
 
 def eigenvalue_statistics(mu: torch.Tensor, d: int) -> dict:
-    """P2's eigenvalue statistics of K̃ spectra (spec §4).
+    """P2's eigenvalue statistics of K̃ spectra (method §4).
 
     Per sample: sort each head's spectrum by signed μ, descending, keep μ_1..μ_d, and average |μ_k|
     over every layer and head (all middle dimensions) → a profile of d values. Per sample, reduce
@@ -292,7 +292,7 @@ def eigenvalue_statistics(mu: torch.Tensor, d: int) -> dict:
     if not (isinstance(d, int) and 1 <= d <= n):
         raise ValueError(f"d must be an integer in 1..N={n}, got {d!r}")
     mu = mu.to(DEFAULT_DTYPE)
-    top = mu.sort(dim=-1, descending=True).values[..., :d]               # signed order, P2 (spec §4)
+    top = mu.sort(dim=-1, descending=True).values[..., :d]               # signed order, P2 (method §4)
     failed = ~torch.isfinite(mu).all(dim=-1, keepdim=True)              # a failed head stays failed
     top = torch.where(failed, torch.full((), math.nan, dtype=top.dtype, device=top.device), top)
     profile = top.abs().reshape(top.shape[0], -1, d).mean(dim=1)          # mean |μ_k| over layers, heads
@@ -374,11 +374,11 @@ def route_comparison(stats_a: dict, stats_b: dict) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
-# γ constancy (P1 Eq. 11, spec §4)
+# γ constancy (P1 Eq. 11, method §4)
 # --------------------------------------------------------------------------------------------
 
 def recover_axes(v: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
-    """Candidate axes from values: â_jm = g_j·v_jm, centred over tokens j (P1 Eq. 6 inverted; spec §4).
+    """Candidate axes from values: â_jm = g_j·v_jm, centred over tokens j (P1 Eq. 6 inverted; method §4).
 
     For v = V̂ = G(I − 11ᵀ/N)A this returns A − mean_j(A) exactly (up to round-off).
 
@@ -419,7 +419,7 @@ def recover_axes(v: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
 
 def gamma_vectors(centred_gram: torch.Tensor, axes: torch.Tensor,
                   rtol: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """γ_im = (K̃ â_m)_i / (N â_im) (P1 Eq. 11; spec §4), with zero entries of â masked out.
+    """γ_im = (K̃ â_m)_i / (N â_im) (P1 Eq. 11; method §4), with zero entries of â masked out.
 
     If â_m is an eigenvector of K̃ with eigenvalue μ_m, γ_im = μ_m/N for every i. γ is unchanged
     when â_m is multiplied by a nonzero constant and scales with K̃.
@@ -462,7 +462,7 @@ def gamma_vectors(centred_gram: torch.Tensor, axes: torch.Tensor,
 
 def pairwise_spread(gamma: torch.Tensor, valid: torch.Tensor | None = None,
                     relative: bool = True) -> torch.Tensor:
-    """Mean over token pairs i < j of |γ_i − γ_j| (absolute) or |γ_i − γ_j| / max(|γ_i|, |γ_j|) (spec §4).
+    """Mean over token pairs i < j of |γ_i − γ_j| (absolute) or |γ_i − γ_j| / max(|γ_i|, |γ_j|) (method §4).
 
     Pairs with an invalid entry (``valid`` False) are left out. A relative term whose two γ are
     both 0 counts as 0 (identical values). No N×N pair tensor is built: after sorting each column
@@ -546,10 +546,10 @@ def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch
 
 
 def perturbed_axes(axes: torch.Tensor, seed: int = 0, noise: float = 0.1) -> torch.Tensor:
-    """P2's control basis: Q of QR(A + noise·Z), Z ~ N(0, 1) from a generator seeded with ``seed`` (spec §4).
+    """P2's control basis: Q of QR(A + noise·Z), Z ~ N(0, 1) from a generator seeded with ``seed`` (method §4).
 
     The columns of Q are orthonormal but not eigenvectors of K̃, and (as in P2) not re-centred.
-    Signs are fixed as in spec §1 (γ does not depend on them). One draw of shape ``axes.shape``
+    Signs are fixed as in method §1 (γ does not depend on them). One draw of shape ``axes.shape``
     covers the whole batch, so an item's noise depends on the batch layout, not only on ``seed``.
 
     Parameters
@@ -581,7 +581,7 @@ def perturbed_axes(axes: torch.Tensor, seed: int = 0, noise: float = 0.1) -> tor
 
 
 def spread_summary(spreads: dict) -> dict:
-    """Per head: the mean over components of each relative spread, and the spec §4 verdict input.
+    """Per head: the mean over components of each relative spread, and the method §4 verdict input.
 
     Parameters
     ----------
@@ -592,7 +592,7 @@ def spread_summary(spreads: dict) -> dict:
     -------
     dict with ``"learned"``, ``"eigen"``, ``"perturbed"`` Tensors [...] (means over components)
     and ``"closer_to_eigen"`` bool [...]: |learned − eigen| < |learned − perturbed|, on the means
-    (spec §4: *supported* when True, *refuted* otherwise).
+    (method §4: *supported* when True, *refuted* otherwise).
     """
     means = {name: spreads[name].mean(dim=-1) for name in ("learned", "eigen", "perturbed")}
     means["closer_to_eigen"] = ((means["learned"] - means["eigen"]).abs()
@@ -603,7 +603,7 @@ def spread_summary(spreads: dict) -> dict:
 def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
                          standardize: bool = False, seed: int = 0,
                          gram: KeyGram | None = None) -> dict:
-    """γ-constancy spreads of the learned values beside the two controls of spec §4, per head.
+    """γ-constancy spreads of the learned values beside the two controls of method §4, per head.
 
     For keys ``k`` and learned values ``v`` of each head: build K̃ and log g in log space
     (:class:`checks.gram.KeyGram`), recover â = centred g·v (:func:`recover_axes`), form γ
@@ -621,7 +621,7 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
     scale : float, optional
         Softmax scale s; 1/√d when omitted.
     standardize : bool, default False
-        Standardise keys (spec §1) before the Gram matrix; ``v`` is used as given.
+        Standardise keys (method §1) before the Gram matrix; ``v`` is used as given.
     seed : int, default 0
         Seed of the perturbed control.
     gram : KeyGram, optional

@@ -1,7 +1,7 @@
 """Top-m eigenpairs of symmetric positive semi-definite matrices without a full eigendecomposition.
 
 For long sequences (text up to N = 4096 tokens) the full ``torch.linalg.eigh`` of the centred Gram
-matrix K̃ costs O(N³) per head, while claim V needs only its top d eigenpairs (spec §1: A = the d
+matrix K̃ costs O(N³) per head, while claim V needs only its top d eigenpairs (method §1: A = the d
 leading unit eigenvectors, sign-fixed). :func:`top_eigh` returns those, batched over any leading
 dimensions, by one of
 
@@ -232,7 +232,7 @@ def top_eigh(matrix: torch.Tensor, m: int, method: str = "auto", tol: float = DE
     ----------
     matrix : Tensor [..., N, N]
         Symmetric (it is symmetrised as ½(M + Mᵀ)) and, for the iterative methods, positive
-        semi-definite up to round-off (e.g. the centred Gram matrix K̃ of spec §1); finite.
+        semi-definite up to round-off (e.g. the centred Gram matrix K̃ of method §1); finite.
     m : int
         Number of eigenpairs, 1 ≤ m ≤ N.
     method : {"auto", "full", "subspace", "lobpcg"}
@@ -258,7 +258,7 @@ def top_eigh(matrix: torch.Tensor, m: int, method: str = "auto", tol: float = DE
     mu : Tensor [..., m]
         Eigenvalues, descending.
     axes : Tensor [..., N, m]
-        Unit eigenvectors, signs fixed by :func:`checks.gram.fix_signs` (spec §1): they equal
+        Unit eigenvectors, signs fixed by :func:`checks.gram.fix_signs` (method §1): they equal
         the first m columns of ``checks.gram.sorted_eigh`` wherever the eigenvalues are distinct.
 
     Raises

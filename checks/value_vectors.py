@@ -1,7 +1,7 @@
-"""Claim V — "value vectors are the Gram eigenvectors" (P1 §2; P2 finding 1; spec §2).
+"""Claim V — "value vectors are the Gram eigenvectors" (P1 §2; P2 finding 1; method §2).
 
-Compares learned values V with the KPCA value matrix V̂ = G(I − 11ᵀ/N)A of the same head (spec §1,
-P1 Eq. 6) on every metric of spec §2, each beside its chance level: the same metric against a null
+Compares learned values V with the KPCA value matrix V̂ = G(I − 11ᵀ/N)A of the same head (method §1,
+P1 Eq. 6) on every metric of method §2, each beside its chance level: the same metric against a null
 V̂₀ = G(I − 11ᵀ/N)A₀ built from a random orthonormal basis A₀. Batched over any leading dimensions
 ``[..., N, d]``; the only per-item loop is the assignment solver inside the optimal cosine.
 """
@@ -28,7 +28,7 @@ METRIC_NAMES = (
 
 def random_orthonormal(n: int, m: int, seed: int, batch_shape: tuple[int, ...] = (),
                        dtype: torch.dtype = DEFAULT_DTYPE) -> torch.Tensor:
-    """A random orthonormal basis A₀ of m columns in R^n for each batch index (spec §2, chance level).
+    """A random orthonormal basis A₀ of m columns in R^n for each batch index (method §2, chance level).
 
     QR of a float64 standard Gaussian [*batch_shape, n, m] drawn from a CPU ``torch.Generator``
     seeded with ``seed``; the column space is uniform on the Grassmannian. Column signs are fixed by
@@ -75,7 +75,7 @@ def value_vector_metrics_batched(
     atol: float,
     rtol: float,
 ) -> dict[str, torch.Tensor]:
-    """Claim-V metrics of learned values against V̂ and against the null V̂₀, batched (spec §2).
+    """Claim-V metrics of learned values against V̂ and against the null V̂₀, batched (method §2).
 
     Parameters
     ----------
@@ -84,7 +84,7 @@ def value_vector_metrics_batched(
     scale : float, optional
         Softmax scale s; 1/√d when None (:func:`checks.gram.resolve_scale`).
     standardize : bool
-        Standardise keys per token before the Gram matrix (spec §1; recorded option).
+        Standardise keys per token before the Gram matrix (method §1; recorded option).
     convention : {"p2", "kpca"}
         Axis normalisation of V̂: unit a_m (P2's, the thresholds' convention) or a_m/√μ_m.
     null_axes : Tensor [..., N, m], optional
@@ -146,7 +146,7 @@ def value_vector_metrics_batched(
     gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype, top=d)  # only the top d
     v = v.to(dtype)
     check_finite(v, "values")
-    v_hat = _pad_columns(gram.kpca_values(convention), d)  # spec §1, P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
+    v_hat = _pad_columns(gram.kpca_values(convention), d)  # method §1, P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
 
     if null_axes is None:
         a0 = random_orthonormal(n, m, null_seed, batch_shape, dtype=dtype).to(k.device)
@@ -156,7 +156,7 @@ def value_vector_metrics_batched(
             raise ValueError(f"null_axes must have shape {(*batch_shape, n, m)} (A₀), got {got}")
         a0 = null_axes.to(device=k.device, dtype=dtype)
         check_finite(a0, "null_axes")
-    v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # spec §2: V̂₀ = G(I − 11ᵀ/N)A₀
+    v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # method §2: V̂₀ = G(I − 11ᵀ/N)A₀
 
     metrics, cos = similarity.metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
     out = {}
@@ -180,19 +180,19 @@ def value_vector_metrics_batched(
 def value_vector_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          scale: float | None = None, standardize: bool = False,
                          seed: int = 0, *, atol: float, rtol: float) -> dict[str, float]:
-    """Claim-V metrics for one attention head (spec §2): learned V vs V̂, and vs the null V̂₀.
+    """Claim-V metrics for one attention head (method §2): learned V vs V̂, and vs the null V̂₀.
 
     Parameters
     ----------
     q : Tensor [N_q, d]
-        Queries of the head. Only its shape is checked: V̂ depends on the keys alone (spec §1),
+        Queries of the head. Only its shape is checked: V̂ depends on the keys alone (method §1),
         so q is accepted for a uniform (q, k, v) interface and otherwise unused.
     k, v : Tensor [N, d]
         Keys and learned values of the head.
     scale : float, optional
         Softmax scale s; 1/√d when None.
     standardize : bool
-        Standardise keys per token first (spec §1).
+        Standardise keys per token first (method §1).
     seed : int
         Seed of the null basis A₀ (:func:`random_orthonormal`).
     atol, rtol : float

@@ -1,4 +1,4 @@
-"""Claim E (spec §4): Gram eigenvalue statistics by three routes, and γ constancy per head."""
+"""Claim E (method §4): Gram eigenvalue statistics by three routes, and γ constancy per head."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
         record.update(verdict=verdicts.UNDETERMINED,
                       verdicts={r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS},
                       reason=f"{n_undet} of {n} samples have an undetermined eigen control "
-                             "(mu_d is round-off, spec §2)")
+                             "(mu_d is round-off, method §2)")
         return record
     v, both = verdicts.judge_both(GAMMA, {"gamma_position": position}, record["ci"],
                                   rules_name=rules, undefined=undefined)

@@ -1,4 +1,4 @@
-"""Claim J (spec §3): per-layer and per-model J_proj magnitudes, and the trend over training."""
+"""Claim J (method §3): per-layer and per-model J_proj magnitudes, and the trend over training."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ CLAIM, TREND = "claim_j", "claim_j_trend"
 
 
 def pooled(layer_terms: list[dict[str, torch.Tensor]], heads: list[int]) -> dict:
-    """spec §3 quantities pooled over the given layers' samples, heads and tokens."""
+    """method §3 quantities pooled over the given layers' samples, heads and tokens."""
     def cat(name):
         return torch.cat([t[name][:, heads].reshape(-1) for t in layer_terms])
     return pooled_terms(cat("log_phi_sq_mean"), cat("h_sq_mean"), cat("bessel_share"),
@@ -90,7 +90,7 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
 
 
 def trend_record(series: str, points: list[dict]) -> dict:
-    """The trend verdict over an ordered series of checkpoints (spec §3, P1 Fig. 1)."""
+    """The trend verdict over an ordered series of checkpoints (method §3, P1 Fig. 1)."""
     steps = torch.tensor([p["step"] for p in points], dtype=torch.float64)
     j = torch.tensor([p["j_proj"] for p in points], dtype=torch.float64)
     phi = torch.tensor([p["phi_sq_mean"] for p in points], dtype=torch.float64)

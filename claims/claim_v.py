@@ -1,4 +1,4 @@
-"""Claim V (spec §2): from per-sample metrics to per-head and per-model verdicts with evidence."""
+"""Claim V (method §2): from per-sample metrics to per-head and per-model verdicts with evidence."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _undetermined_max_share() -> float:
 
 def summarize(metrics: dict[str, torch.Tensor], keep: torch.Tensor) -> dict:
     """Means (and std) over the kept entries along dim 0 of every metric and its null; the
-    subspace-overlap excess over its null (spec §2). ``metrics`` values have shape [M]."""
+    subspace-overlap excess over its null (method §2). ``metrics`` values have shape [M]."""
     n = int(keep.sum())
     out = {"metrics": {}, "null": {}, "std": {}}
     for name in METRICS:
@@ -43,7 +43,7 @@ def summarize(metrics: dict[str, torch.Tensor], keep: torch.Tensor) -> dict:
 def _undetermined_reason(n_undet: int, n_total: int, few: torch.Tensor | None,
                          n_tokens: torch.Tensor | None) -> str:
     """Why V̂ is undetermined: too few tokens (N ≤ d; P2's code dropped such heads silently) or an
-    eigenvalue μ_d at round-off level (spec §2)."""
+    eigenvalue μ_d at round-off level (method §2)."""
     n_few = 0 if few is None else int(few.sum())
     parts = []
     if n_few:
@@ -55,7 +55,7 @@ def _undetermined_reason(n_undet: int, n_total: int, few: torch.Tensor | None,
                      f"(N <= d{span}), so V_hat has fewer than d determined columns")
     if n_undet - n_few:
         parts.append(f"{n_undet - n_few} of {n_total} samples have mu_d <= N*eps*||K_phi||_2")
-    return "; ".join(parts) + ": V_hat is not determined by the keys (spec §2)"
+    return "; ".join(parts) + ": V_hat is not determined by the keys (method §2)"
 
 
 def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,

@@ -35,23 +35,23 @@ E_ROUTES = ("log_raw", "log_standardized", "naive_float32")
 E_STATS = ("max", "min", "mean", "median")
 E_CONTROLS = (("learned", "learned V"), ("eigen", "eigenvectors (control)"),
               ("perturbed", "perturbed basis (control)"))
-# P2-logs (spec §3): log10(mean‖h‖² / mean‖φ‖²) after epoch 10, DeiT-Tiny and ViT-Tiny trained from
+# P2-logs (method §3): log10(mean‖h‖² / mean‖φ‖²) after epoch 10, DeiT-Tiny and ViT-Tiny trained from
 # scratch. Used only when a claim-J record carries no `reference` of its own.
 P2_LOGS_LOG10_RATIO = (2.35, 3.63)
-P2_LOGS_SOURCE = "P2-logs: after epoch 10, both models (spec §3)"
+P2_LOGS_SOURCE = "P2-logs: after epoch 10, both models (method §3)"
 TEMPLATES = Path(__file__).with_name("templates")
 
 CLAIM_INFO = {
     "V": {"title": "Value vectors are the eigenvectors of the centred key Gram matrix",
-          "source": "P1 §2; P2 finding 1; spec §2", "unit": "head",
+          "source": "P1 §2; P2 finding 1; method §2", "unit": "head",
           "statement": "The learned value vectors V of each head equal the kernel-PCA value "
                        "matrix V̂ = G(I − 11ᵀ/N)A built from the keys' centred Gram eigenvectors."},
     "J": {"title": "Attention minimises the KPCA projection loss J_proj",
-          "source": "P1 §2.2.1; P2 finding 2; spec §3", "unit": "layer",
+          "source": "P1 §2.2.1; P2 finding 2; method §3", "unit": "layer",
           "statement": "J_proj = mean over queries of ‖φ(q)‖² − ‖h‖² is a projection error: "
                        "non-negative, and falling over training."},
     "E": {"title": "Gram eigenvalue statistics justify V as eigenvectors",
-          "source": "P1 §2.2.2; P2 finding 3; spec §4", "unit": "head",
+          "source": "P1 §2.2.2; P2 finding 3; method §4", "unit": "head",
           "statement": "The Gram eigenvalue statistics are reproducible, and γ_i = (K̃â)_i/(N â_i) "
                        "is constant over i for the â recovered from the learned V."},
 }
@@ -313,7 +313,7 @@ def not_run_groups(index: Index) -> list[dict]:
 def setup_differences(results: dict, index: Index) -> list[dict]:
     """Where this run's setup differs from P2's, read from the run's options and models.
 
-    Each row: aspect, this run, P2 (as the spec records it), and whether it differs.
+    Each row: aspect, this run, P2 (as method §8 records it), and whether it differs.
     """
     opts = results["options"]
     infos = [index.models_info.get(m, {}) for m in index.models()]
@@ -332,37 +332,37 @@ def setup_differences(results: dict, index: Index) -> list[dict]:
         "ours": (opts.get("padding") or "excluded through the attention mask")
         + (f" — text models in this run: {', '.join(sorted(text_models))}" if text_models
            else " — no text model in this run"),
-        "p2": "P2's language scripts include padding (spec §1)", "differs": bool(text_models)})
+        "p2": "P2's language scripts include padding (method §1)", "differs": bool(text_models)})
     rows.append({
         "aspect": "Precision of Gram matrices and spectra",
         "ours": f"{dtype}, normalised Gram computed in log space (entries in (0, 1])",
         "p2": "exp(S) directly; P2 reports NaN for some models without key standardisation "
-              "(spec §1)", "differs": True})
+              "(method §1)", "differs": True})
     std_text = ("on: keys and queries standardised per token before the kernel" if std
                 else "off: raw keys and queries" if std is not None else "not recorded")
     if in_model:
         std_text += f"; standardised inside the model itself: {', '.join(in_model)}"
     rows.append({
         "aspect": "Key/query standardisation", "ours": std_text,
-        "p2": "standardises keys before its eigenvalue statistics (spec §1); claim E here "
+        "p2": "standardises keys before its eigenvalue statistics (method §1); claim E here "
               "reports raw and standardised routes side by side", "differs": not std})
     conv = opts.get("axis_convention")
     conv_text = {"p2": "unit eigenvectors ‖a_m‖ = 1 (P2's convention)",
                  "kpca": "a_m/√μ_m, unit axes in feature space (not P2's convention)"}
     rows.append({"aspect": "Axis normalisation",
                  "ours": conv_text.get(conv, f"{conv!r}" if conv else "not recorded"),
-                 "p2": "unit eigenvectors (spec §1)", "differs": conv != "p2"})
+                 "p2": "unit eigenvectors (method §1)", "differs": conv != "p2"})
     n_req = opts.get("n_samples_requested")
     used = sorted({(i.get("input_set") or {}).get("n_samples") for i in infos} - {None})
     rows.append({"aspect": "Samples per model",
                  "ours": f"{fmt(n_req)} requested" + (f"; used {', '.join(map(str, used))}"
                                                       if used else ""),
-                 "p2": "100 (value vectors), 25 (eigenvalue statistics) (spec §5)",
+                 "p2": "100 (value vectors), 25 (eigenvalue statistics) (method §5)",
                  "differs": n_req != 100})
     rows.append({"aspect": "Chance level",
                  "ours": "every claim-V metric beside its value against a random orthonormal "
                          "basis (seeded from the test id)",
-                 "p2": "not part of P2's protocol (spec §2: ours)", "differs": True})
+                 "p2": "not part of P2's protocol (method §2: ours)", "differs": True})
     return rows
 
 
@@ -564,7 +564,7 @@ def claim_v_section(results: dict, index: Index, model: str) -> dict | None:
 def _reference_bands(rec: dict | None, thresholds: dict) -> list[svg.Band]:
     """Reference ranges of log10(‖h‖²/‖φ‖²): entries whose key contains "log10_ratio" with a
     [lo, hi] pair, taken from the record's ``reference``, else from the run's thresholds section
-    ``claim_j_reference``, else P2-logs' published range (spec §3)."""
+    ``claim_j_reference``, else P2-logs' published range (method §3)."""
     for ref in ((rec or {}).get("reference"), thresholds.get("claim_j_reference")):
         bands = []
         for key in sorted(ref or {}):
@@ -671,7 +671,7 @@ def claim_j_section(results: dict, index: Index, model: str) -> dict | None:
         for name, value in sorted(p1.items()):
             if name != "label":
                 table.append({"metric": f"p1-code variant: {name}", "value": fmt(value),
-                              "rules": f"{note} (spec §3); not judged"})
+                              "rules": f"{note} (method §3); not judged"})
     return {"model": model, "id": f"jmag-{sid}", "heatmap_id": f"heatmap-J-{sid}",
             "magnitude": Markup(magnitude), "ratio": Markup(ratio_plot),
             "heatmap": heatmap, "legend": legend, "values_table": values_table,
@@ -681,7 +681,7 @@ def claim_j_section(results: dict, index: Index, model: str) -> dict | None:
 
 
 def claim_j_series(results: dict, rec: dict, n: int) -> dict:
-    """A training series (claim J, spec §3): J_proj, ‖φ‖², ‖h‖² against step on a log y scale."""
+    """A training series (claim J, method §3): J_proj, ‖φ‖², ‖h‖² against step on a log y scale."""
     pts = sorted((p for p in rec.get("series") or [] if isinstance(p, dict)),
                  key=lambda p: (p.get("step") if svg.finite(p.get("step")) else math.inf))
     steps = tuple(p.get("step") for p in pts)

@@ -1,5 +1,5 @@
 """The plain per-head reference of the benchmark (bench/reference.py) against the batched claim-V
-path (checks.value_vectors): two independent routes to the same 16 metrics (spec §2)."""
+path (checks.value_vectors): two independent routes to the same 16 metrics (method §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Known-answer tests for checks.projection (claim J, spec §3), all in float64 on small shapes."""
+"""Known-answer tests for checks.projection (claim J, method §3), all in float64 on small shapes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Known-answer tests for checks/spectrum.py: claim-E eigenvalue statistics and γ constancy (spec §4)."""
+"""Known-answer tests for checks/spectrum.py: claim-E eigenvalue statistics and γ constancy (method §4)."""
 
 from __future__ import annotations
 

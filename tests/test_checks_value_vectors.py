@@ -1,4 +1,4 @@
-"""Claim-V math (spec §2): the KPCA identity, the similarity metrics, the assignment, the null.
+"""Claim-V math (method §2): the KPCA identity, the similarity metrics, the assignment, the null.
 
 float64 known answers, independent routes and invariances; small shapes except one chance-level test.
 """
@@ -45,7 +45,7 @@ def centring(n: int) -> torch.Tensor:
     return torch.eye(n, dtype=F64) - torch.full((n, n), 1.0 / n, dtype=F64)
 
 
-# ---------------------------------------------------------------- spec §1: the exact identity
+# ---------------------------------------------------------------- method §1: the exact identity
 
 @pytest.mark.parametrize("convention", ["p2", "kpca"])
 def test_attention_output_equals_kpca_projection(convention):
@@ -55,7 +55,7 @@ def test_attention_output_equals_kpca_projection(convention):
     s = gram.scale
     lhs = torch.softmax(s * q @ k.T, dim=-1) @ gram.kpca_values(convention)  # attention with V := V̂
 
-    # independent route: φ(x) = φ_k(x)/g(x), so φ(q_i)ᵀφ(k_j) = k(q_i,k_j)/(g(q_i) g(k_j)) (spec §1)
+    # independent route: φ(x) = φ_k(x)/g(x), so φ(q_i)ᵀφ(k_j) = k(q_i,k_j)/(g(q_i) g(k_j)) (method §1)
     kq, kk = torch.exp(s * q @ k.T), torch.exp(s * k @ k.T)  # naive, fine at these magnitudes
     phi_dot = kq / (kq.sum(-1, keepdim=True) * kk.sum(-1).unsqueeze(0))
     phi_tilde_dot = phi_dot - phi_dot.mean(-1, keepdim=True)  # φ̃(k_j) = φ(k_j) − mean_m φ(k_m)
@@ -132,7 +132,7 @@ def test_identical_keys_and_few_tokens_are_undetermined():
 
 
 def test_independent_random_values_sit_at_the_null():
-    n, d, heads = 197, 64, 8  # spec §2: optimal cosine ≈ 0.32, overlap ≈ d/N ≈ 0.32 at chance
+    n, d, heads = 197, 64, 8  # method §2: optimal cosine ≈ 0.32, overlap ≈ d/N ≈ 0.32 at chance
     k = randn(heads, n, d, seed=14, scale=0.3)  # moderate scores: eigenvectors spread over tokens
     v = randn(heads, n, d, seed=15)
     r = value_vector_metrics_batched(k, v, null_seed=16, **TOL)

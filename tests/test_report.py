@@ -169,7 +169,7 @@ def test_every_threshold_and_source_is_shown(page, example):
 
 
 def test_reference_range_precedence():
-    """Record reference, else the run's claim_j_reference thresholds, else P2-logs' (spec §3)."""
+    """Record reference, else the run's claim_j_reference thresholds, else P2-logs' (method §3)."""
     assert [(b.lo, b.hi) for b in render._reference_bands(None, {})] == [(2.35, 3.63)]
     thr = {"claim_j_reference": {"p2_logs_log10_ratio_x": [3.0, 2.0], "source": "s"}}
     assert [(b.lo, b.hi) for b in render._reference_bands(None, thr)] == [(2.0, 3.0)]
