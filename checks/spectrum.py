@@ -19,6 +19,7 @@ Names follow method §4 (``docs/method.md``). Nothing here loops over heads or s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -545,18 +546,22 @@ def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch
     return (terms.clamp_min(0) * ok).sum(dim=-2)
 
 
-def perturbed_axes(axes: torch.Tensor, seed: int = 0, noise: float = 0.1) -> torch.Tensor:
+def perturbed_axes(axes: torch.Tensor, seed: int | Sequence[int] = 0,
+                   noise: float = 0.1) -> torch.Tensor:
     """P2's control basis: Q of QR(A + noise·Z), Z ~ N(0, 1) from a generator seeded with ``seed`` (method §4).
 
     The columns of Q are orthonormal but not eigenvectors of K̃, and (as in P2) not re-centred.
-    Signs are fixed as in method §1 (γ does not depend on them). One draw of shape ``axes.shape``
-    covers the whole batch, so an item's noise depends on the batch layout, not only on ``seed``.
+    Signs are fixed as in method §1 (γ does not depend on them). With one int ``seed``, one draw of
+    shape ``axes.shape`` covers the whole batch, so an item's noise depends on the batch layout;
+    with one seed per item (a sequence over the batch dimensions, flattened in order), each item's
+    noise depends on its own seed alone, whatever the batching or device (the claim runs do this).
 
     Parameters
     ----------
     axes : Tensor [..., N, m]
         A, the true eigenvectors (``KeyGram.axes()``), m ≤ N.
-    seed : int, default 0
+    seed : int or sequence of int, default 0
+        One seed for the whole batch, or one per item of ``axes.shape[:-2]``.
     noise : float, default 0.1
         P2's perturbation size.
 
@@ -574,8 +579,17 @@ def perturbed_axes(axes: torch.Tensor, seed: int = 0, noise: float = 0.1) -> tor
     """
     if axes.ndim < 2 or axes.shape[-1] > axes.shape[-2]:
         raise ValueError(f"axes must be [..., N, m] with m ≤ N, got {tuple(axes.shape)}")
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    z = torch.randn(axes.shape, generator=gen, dtype=DEFAULT_DTYPE).to(axes.device, axes.dtype)
+    if isinstance(seed, int):
+        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        z = torch.randn(axes.shape, generator=gen, dtype=DEFAULT_DTYPE)
+    else:
+        seeds = [int(x) for x in seed]
+        if len(seeds) != math.prod(axes.shape[:-2]):
+            raise ValueError(f"{len(seeds)} seeds for {math.prod(axes.shape[:-2])} items of axes "
+                             f"{tuple(axes.shape)}: give one seed per item, or one int")
+        z = torch.stack([torch.randn(axes.shape[-2:], generator=torch.Generator().manual_seed(x),
+                                     dtype=DEFAULT_DTYPE) for x in seeds]).reshape(axes.shape)
+    z = z.to(axes.device, axes.dtype)
     q, _ = torch.linalg.qr(axes + noise * z)
     return fix_signs(q)
 
@@ -601,7 +615,7 @@ def spread_summary(spreads: dict) -> dict:
 
 
 def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-                         standardize: bool = False, seed: int = 0,
+                         standardize: bool = False, seed: int | Sequence[int] = 0,
                          gram: KeyGram | None = None) -> dict:
     """γ-constancy spreads of the learned values beside the two controls of method §4, per head.
 
@@ -622,8 +636,9 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
         Softmax scale s; 1/√d when omitted.
     standardize : bool, default False
         Standardise keys (method §1) before the Gram matrix; ``v`` is used as given.
-    seed : int, default 0
-        Seed of the perturbed control.
+    seed : int or sequence of int, default 0
+        Seed of the perturbed control: one for the batch, or one per head item
+        (:func:`perturbed_axes`).
     gram : KeyGram, optional
         The :class:`checks.gram.KeyGram` of these keys (same ``scale`` and ``standardize``, built
         with eigenvectors and ``top`` ≥ min(d_v, N − 1)), when the caller has one already (claim

@@ -404,3 +404,21 @@ def test_spread_summary_rule():
     summary = spread_summary(spreads)
     torch.testing.assert_close(summary["learned"], torch.tensor([0.2, 0.6], dtype=F64))
     assert summary["closer_to_eigen"].tolist() == [True, False]
+
+
+def test_perturbed_control_with_one_seed_per_item_does_not_depend_on_the_batching():
+    """Per-item seeds: an item's perturbed basis is the same alone or inside a larger batch (the
+    claim runs seed each (sample, head), so --max-memory and the device do not move gamma)."""
+    from checks.spectrum import perturbed_axes
+
+    gen = torch.Generator().manual_seed(0)
+    axes = torch.linalg.qr(torch.randn(3, 2, 9, 4, generator=gen, dtype=torch.float64))[0]
+    seeds = list(range(100, 106))
+    whole = perturbed_axes(axes, seed=seeds)
+    for i in range(3):
+        for j in range(2):
+            alone = perturbed_axes(axes[i, j], seed=[seeds[2 * i + j]])
+            assert torch.equal(whole[i, j], alone)
+    assert not torch.equal(whole[0, 0], whole[0, 1])  # the items' draws differ
+    with pytest.raises(ValueError, match="one seed per item"):
+        perturbed_axes(axes, seed=[1, 2])
