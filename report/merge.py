@@ -29,7 +29,7 @@ def _record_key(rec: dict) -> tuple:
 
 #: Top-level fields the merge builds itself; any other field is kept when every input agrees.
 _BUILT = ("schema", "provenance", "options", "thresholds", "models", "records", "not_run",
-          "complete", "exit_status")
+          "complete", "exit_status", "summary", "durations", "errors")
 #: Provenance fields that must be equal across the inputs (code and numerics).
 _SAME_PROVENANCE = ("git_commit", "dtype")
 
@@ -221,6 +221,17 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
         "complete": complete,
         "exit_status": exit_status,
     }
+    # per-run fields recomputed or joined over the shards (one run's shape, docs/results-schema.md)
+    from .summary import summary
+
+    merged["summary"] = summary(merged["records"], merged["not_run"])
+    durations = {k: v for _, d in inputs for k, v in (d.get("durations") or {}).items()}
+    if durations or any("durations" in d for _, d in inputs):
+        merged["durations"] = dict(sorted(durations.items()))
+    errors = [e for _, d in inputs for e in d.get("errors", [])]
+    if errors:
+        merged["errors"] = errors
+        merged["complete"] = False
     # fields other versions of the suite add (kept when every input agrees on them)
     for key in first:
         if key not in _BUILT and all(d.get(key) == first[key] for _, d in inputs):

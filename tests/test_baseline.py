@@ -292,7 +292,9 @@ def _save(state, path):
 def _args(ckpt, tmp, *extra, arch="vit_tiny_patch16_224"):
     return [str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
             "--checkpoint", str(ckpt), "--arch", arch, "--layers", "0", "--heads", "0,1",
-            "--n-samples", "4", "--cache-dir", str(tmp / "cache"), *extra]
+            "--n-samples", "4", "--cache-dir", str(tmp / "cache"),
+            # the gate compares whatever verdicts a rule set gives; these cases were built on P2's
+            "--rules", "p2", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -368,6 +370,8 @@ def test_candidate_that_lost_a_property_fails_naming_head_and_metric(pytester, g
                    if r["claim"] == "V" and r["level"] == "head" and r["head"] == 1)
         rec["verdict"] = "supported"
         rec["metrics"]["optimal_cosine"] += 0.3
+        if "optimal_cosine" in rec.get("ci", {}):  # its interval moved with it (method §10)
+            rec["ci"]["optimal_cosine"] = [x + 0.3 for x in rec["ci"]["optimal_cosine"]]
 
     base = _edited_baseline(gate_env, "better.json", accepted_was_better)
     res = _run(pytester, gate_env, gate_env["b"], "--baseline", str(base),
@@ -400,7 +404,11 @@ def test_candidate_that_improved_passes_and_lists_it(pytester, gate_env):
     def accepted_was_worse(data):
         rec = next(r for r in data["records"] if r["claim"] == "V" and r["level"] == "model")
         rec["verdict"] = "refuted"
-        rec["metrics"]["linear_cka"] -= 0.1
+        ci = rec.get("ci", {}).get("linear_cka")
+        shift = 0.1 + (ci[1] - ci[0] if ci else 0.0)  # beyond the tolerance and both intervals
+        rec["metrics"]["linear_cka"] -= shift
+        if ci:
+            rec["ci"]["linear_cka"] = [x - shift for x in ci]
 
     base = _edited_baseline(gate_env, "worse.json", accepted_was_worse)
     res = _run(pytester, gate_env, gate_env["b"], "--baseline", str(base),

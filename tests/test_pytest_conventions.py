@@ -54,7 +54,7 @@ def test_ini_keys_change_the_selection_and_the_command_line_wins(tmp_path):
 def test_ini_values_are_typed_like_their_options(tmp_path):
     ini = _team_pyproject(tmp_path, kpca_models=MODEL, kpca_n_samples="0")
     run = _collect(ini)  # reached --n-samples: the plugin's own check refuses 0
-    assert run.returncode == 4 and "--n-samples must be at least 1" in run.stderr + run.stdout
+    assert run.returncode == 4 and "--n-samples 0 is below 1" in run.stderr + run.stdout
     assert _collect(ini, "--n-samples", "3").returncode == 0  # the command line wins
     ini = _team_pyproject(tmp_path, kpca_models=MODEL, kpca_n_samples="many")
     run = _collect(ini)

@@ -101,7 +101,7 @@ def _layer_dict(k: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
     s, n, d = k.shape
     a0 = torch.linalg.qr(torch.randn(s, n, d, generator=torch.Generator().manual_seed(3),
                                      dtype=torch.float64)).Q
-    m = value_vector_metrics_batched(k, v, null_axes=a0)
+    m = value_vector_metrics_batched(k, v, null_axes=a0, **verdicts.allclose_tolerance())
     p2 = p2_code_metrics(k, v)
     m.update({f"p2code_{name}": p2[name] for name in claim_v.P2_CODE_METRICS})
     m["n_tokens"] = torch.full((s,), float(n))
