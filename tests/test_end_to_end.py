@@ -8,23 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 import fixtures  # noqa: F401
-import timm
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
 RUN_FIELDS = ("outcome",)
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False)
-    path = tmp_path_factory.mktemp("ckpt") / "tiny.safetensors"
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
-    return path
 
 
 def _claims_run(pytester, ckpt: Path, out: Path, *extra: str):

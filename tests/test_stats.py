@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from checks import stats
 from checks.gram import KeyGram
@@ -220,17 +219,6 @@ def test_p2_code_row_epsilon_pulls_cosines_of_tiny_v_hat_rows_to_zero(log10_g, a
 
 
 # ---------------------------------------------------------------- serial vs -n 2, --rules
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    import timm
-
-    torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False)
-    path = tmp_path_factory.mktemp("ckpt") / "tiny.safetensors"
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
-    return path
-
-
 def _run(pytester, ckpt: Path, out: Path, *extra: str):
     return pytester.runpytest_subprocess(
         str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
