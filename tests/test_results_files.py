@@ -131,8 +131,15 @@ def test_saved_samples_load_in_one_call_and_give_the_records_means(small_run):
     results = json.loads((small_run / "results.json").read_text())
     assert results["samples"] == "samples.jsonl"
     path = small_run / results["samples"]
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    every = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [r for r in every if r["claim"] == "V"]
     assert len(rows) == 2 * 4  # 2 heads x 4 samples
+    for rec in (r for r in results["records"] if r["claim"] == "E" and r["level"] == "head"):
+        mine = [r for r in every if r["claim"] == "E" and r["head"] == rec["head"] and r["used"]]
+        assert len(mine) == 4
+        for name in ("learned", "eigen", "perturbed"):
+            got = math.fsum(r[name] for r in mine) / len(mine)
+            assert abs(got - rec["metrics"][name]) <= 1e-12, (rec["test_id"], name, got)
     from claims.claim_v import METRICS
 
     heads = [r for r in results["records"] if r["claim"] == "V" and r["level"] == "head"]
