@@ -12,7 +12,9 @@ import math
 
 import torch
 
+from .eigen import fix_signs, sorted_eigh, sorted_eigvalsh  # noqa: F401  (part of this API)
 from .errors import check_finite
+from .topk import top_eigh
 
 DEFAULT_DTYPE = torch.float64
 
@@ -90,46 +92,6 @@ def center_gram(gram: torch.Tensor) -> torch.Tensor:
     col = gram.mean(dim=-2, keepdim=True)
     out = gram - row  # one N×N temporary, then in place
     return out.sub_(col).add_(row.mean(dim=-2, keepdim=True))
-
-
-def fix_signs(vectors: torch.Tensor) -> torch.Tensor:
-    """Flip each column so that its entry of largest magnitude is positive (method §1).
-
-    ``vectors`` has shape [..., N, m]; the sign rule makes results independent of the eigensolver.
-
-    >>> fix_signs(torch.tensor([[0.6, 0.1], [-0.8, -0.2]])).tolist()
-    [[-0.6000000238418579, -0.10000000149011612], [0.800000011920929, 0.20000000298023224]]
-    """
-    idx = vectors.abs().argmax(dim=-2, keepdim=True)
-    pivot = torch.gather(vectors, -2, idx)
-    signs = torch.where(pivot < 0, -1.0, 1.0).to(vectors.dtype)
-    return vectors * signs
-
-
-def sorted_eigh(matrix: torch.Tensor, top: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eigenpairs of symmetric matrices, eigenvalues descending, signs fixed by :func:`fix_signs`.
-
-    Returns (μ [..., M], A [..., N, M]) with K A = A diag(μ) and unit columns: all N pairs, or the
-    ``top`` leading ones (only those are flipped and sign-fixed).
-
-    >>> mu, a = sorted_eigh(torch.tensor([[2.0, 0.0], [0.0, 3.0]], dtype=torch.float64))
-    >>> mu.tolist(), a.tolist()
-    ([3.0, 2.0], [[0.0, 1.0], [1.0, 0.0]])
-    """
-    sym = 0.5 * (matrix + matrix.transpose(-1, -2))
-    mu, vecs = torch.linalg.eigh(sym)
-    m = matrix.shape[-1] if top is None else top
-    return mu[..., -m:].flip(-1), fix_signs(vecs[..., -m:].flip(-1))
-
-
-def sorted_eigvalsh(matrix: torch.Tensor, top: int | None = None) -> torch.Tensor:
-    """Eigenvalues of symmetric matrices, descending: all N, or the ``top`` leading ones [..., M].
-
-    No eigenvectors (LAPACK's values-only path): for callers that need the spectrum alone.
-    """
-    sym = 0.5 * (matrix + matrix.transpose(-1, -2))
-    mu = torch.linalg.eigvalsh(sym).flip(-1)
-    return mu if top is None else mu[..., :top]
 
 
 def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
@@ -243,8 +205,6 @@ class KeyGram:
         elif top is None:
             mu, self.eigenvectors = sorted_eigh(unit_centred)
         else:
-            from .topk import top_eigh  # topk builds on this module
-
             mu, self.eigenvectors = top_eigh(unit_centred, min(top, n), method=eigen_method)
         self._unit_mu = mu
         self.eigenvalues = mu * peak.unsqueeze(-1)

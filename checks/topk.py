@@ -28,7 +28,7 @@ import warnings
 import torch
 
 from .errors import check_finite
-from .gram import fix_signs, sorted_eigh
+from .eigen import fix_signs, sorted_eigh
 
 METHODS = ("auto", "full", "subspace", "lobpcg")
 

@@ -33,6 +33,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .atomic import atomic_write_text
+
 BASELINE_SCHEMA = "kpca-claims/baseline/2"
 GATE_MODES = ("candidate", "same-checkpoint")
 # A verdict's rank: a move to a lower rank is a regression, to a higher one an improvement.
@@ -165,7 +167,6 @@ def make_baseline(results: dict) -> dict:
 
 
 def write_baseline(results: dict, path: str | Path) -> Path:
-    from fixtures.cache import atomic_write_text
 
     path = Path(path)
     atomic_write_text(path, json.dumps(make_baseline(results), indent=1, sort_keys=True))

@@ -15,9 +15,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from .atomic import atomic_write_text
 from .render import SCHEMA as RESULTS_SCHEMA
 
 
@@ -239,21 +239,6 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
     return merged
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder and os.replace (no half-written file)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def merge_files(paths: list[Path], out_dir: Path, command: str | None = None) -> tuple[Path, Path, dict]:
     """Merge ``paths`` into ``out_dir``/results.json and report.html; nothing is written when
     the inputs are refused (MergeError) or the report cannot be rendered."""
@@ -271,6 +256,6 @@ def merge_files(paths: list[Path], out_dir: Path, command: str | None = None) ->
     if any(os.path.realpath(results_path) == os.path.realpath(p) for p in paths):
         raise MergeError(f"-o {_name(out_dir)} would overwrite an input; give another folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(results_path, text)
-    _atomic_write(report_path, html)
+    atomic_write_text(results_path, text)
+    atomic_write_text(report_path, html)
     return results_path, report_path, merged

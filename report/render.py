@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from claims.names import J_METRICS, V_METRICS
 from claims.names import RESULTS_SCHEMA as SCHEMA
 
 from . import svg
+from .atomic import atomic_write_text
 
 CLAIMS = ("V", "J", "E")
 VERDICTS = ("supported", "refuted", "inconclusive", "undetermined")
@@ -1017,18 +1016,4 @@ def write_report(results_path, out_path) -> Path:
         the message names the file, and nothing is written.
     """
     results = load_results(results_path)
-    html = render_report(results)
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a report is meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(html)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return atomic_write_text(out_path, render_report(results))

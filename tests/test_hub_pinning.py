@@ -80,7 +80,7 @@ def test_the_weights_a_container_provided_are_recorded(tmp_path, container, expe
     state = _tiny_vit_state()
     path = tmp_path / "ckpt.pth"
     torch.save({k: state for k in container}, path)
-    spec = registry.spec_for_checkpoint(path, "vit_tiny_patch16_224")
+    spec = models.spec_for_checkpoint(path, "vit_tiny_patch16_224")
     loaded = models.load_model(spec)
     assert expect in loaded.weights
 
@@ -96,7 +96,7 @@ def _trained_like(tmp_path: Path, variant: str) -> Path:
 
 def test_p1_standardized_checkpoint_is_refused_as_a_plain_vit(tmp_path):
     path = _trained_like(tmp_path, "p1-standardized")
-    spec = registry.spec_for_checkpoint(path, "vit_tiny_patch16_224")
+    spec = models.spec_for_checkpoint(path, "vit_tiny_patch16_224")
     with pytest.raises(models.CheckpointError) as err:
         models.validate_checkpoint(spec)
     text = str(err.value)
@@ -108,7 +108,7 @@ def test_p1_standardized_checkpoint_is_refused_as_a_plain_vit(tmp_path):
 
 def test_softmax_trained_checkpoint_still_loads(tmp_path):
     path = _trained_like(tmp_path, "softmax")
-    spec = registry.spec_for_checkpoint(path, "vit_tiny_patch16_224")
+    spec = models.spec_for_checkpoint(path, "vit_tiny_patch16_224")
     models.validate_checkpoint(spec)
     assert models.training_variant(path) == "softmax"
 

@@ -14,7 +14,8 @@ from safetensors.torch import load_file, save_file
 from fixtures import models
 from fixtures.models import (CheckpointError, ModelShapeError, load_model, load_timm_pretrained_file,
                              state_dict_hash)
-from fixtures.registry import GROUPS, REGISTRY, ModelSpec, register, resolve_models, spec_for_checkpoint
+from fixtures.models import spec_for_checkpoint
+from fixtures.registry import GROUPS, REGISTRY, ModelSpec, register, resolve_models
 
 TINY_VIT = dict(depth=2, img_size=64)  # vit_tiny width (192, 3 heads of 64), 2 blocks, 16 patches
 TINY_BERT = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
