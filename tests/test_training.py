@@ -404,3 +404,19 @@ def test_command_line(tmp_path, capsys):
     manifest = json.loads((out / "manifest.json").read_text())
     assert [e["step"] for e in manifest["checkpoints"]] == [0, math.ceil(1437 / 256)]
     assert manifest["variant"] == "softmax"
+
+
+def test_step_zero_of_both_variants_share_weights_but_not_a_capture():
+    """Regression: the untrained checkpoints of the softmax and the P1-standardised tiny ViT have
+    identical weights (same seed; standardised attention has no parameters), so a capture keyed
+    on the weights alone served one variant the other's q, k, v, depending on which a worker
+    captured first. The capture key also holds the model's module classes."""
+    from fixtures.models import state_dict_hash
+    from fixtures.session import module_fingerprint
+    from fixtures.training import TrainConfig, build_model
+
+    softmax = build_model(TrainConfig(variant="softmax"))
+    p1 = build_model(TrainConfig(variant="p1-standardized"))
+    assert state_dict_hash(softmax.state_dict()) == state_dict_hash(p1.state_dict())
+    assert module_fingerprint(softmax) != module_fingerprint(p1)
+    assert module_fingerprint(softmax) == module_fingerprint(build_model(TrainConfig(variant="softmax")))
