@@ -163,7 +163,7 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     return record
 
 
-_GAMMA_CACHE: dict[tuple, list[dict]] = {}
+_GAMMA_CACHE: dict[tuple, tuple[dict, list[dict]]] = {}
 
 
 def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[dict]:
@@ -171,10 +171,11 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[
     position recomputed from each resample's three means, for every head of a layer at once
     (``keep`` [S, H]: the samples each head's means use), all heads sharing the resamples of
     ``seed``: one [R, S] × [S, H·3] product per layer. Memoised per layer tensors."""
-    key = (id(t), seed, keep.numpy().tobytes())
-    if key in _GAMMA_CACHE:
-        return _GAMMA_CACHE[key]
     settings = verdicts.rule_set_settings()
+    key = (id(t), seed, keep.numpy().tobytes(), tuple(sorted(settings.items())))
+    hit = _GAMMA_CACHE.get(key)
+    if hit is not None and hit[0] is t:  # the same tensors, still alive (ids are reused after GC)
+        return hit[1]
     level = float(settings["confidence"])
     k = keep.to(torch.float64)  # [S, H]
     values = torch.stack([t[f"gamma_{name}"].to(torch.float64)
@@ -191,7 +192,7 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[
     out = [dict(zip(("learned", "eigen", "perturbed", "gamma_position"), head)) for head in ci]
     if len(_GAMMA_CACHE) > 64:
         _GAMMA_CACHE.clear()
-    _GAMMA_CACHE[key] = out
+    _GAMMA_CACHE[key] = (t, out)  # holds t, so no other object can take its id meanwhile
     return out
 
 

@@ -137,7 +137,7 @@ def _keep_mask(undetermined: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return (keep if judged else torch.ones_like(keep)), judged
 
 
-_CHANCE_CACHE: dict[tuple, dict] = {}
+_CHANCE_CACHE: dict[tuple, tuple[tuple, dict]] = {}
 
 
 def head_seed(model: str) -> int:
@@ -155,9 +155,12 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     depend on which heads are selected; the adjusted one depends on the selection (the family).
     Memoised per (model, selection, layer tensors): every head test of a model reuses one pass."""
     layers = sorted(per_layer)
-    key = (model, tuple(layers), tuple(heads), tuple(id(per_layer[l]) for l in layers))
-    if key in _CHANCE_CACHE:
-        return _CHANCE_CACHE[key]
+    refs = tuple(per_layer[l] for l in layers)
+    key = (model, tuple(layers), tuple(heads), tuple(map(id, refs)),
+           tuple(sorted(verdicts.rule_set_settings().items())))
+    hit = _CHANCE_CACHE.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], refs)):  # ids are reused after GC
+        return hit[1]
     metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
                for name in CHANCE_METRICS for n in (name, f"{name}_null")}
     undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
@@ -174,7 +177,7 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
         result[unit].update(stats)
     if len(_CHANCE_CACHE) > 64:
         _CHANCE_CACHE.clear()
-    _CHANCE_CACHE[key] = result
+    _CHANCE_CACHE[key] = (refs, result)  # holds the layer dicts, so their ids stay theirs
     return result
 
 
