@@ -396,8 +396,8 @@ def summary_context(results: dict, index: Index) -> dict:
             "shape": (f"{fmt(info.get('n_layers'))} layers × {fmt(info.get('n_heads'))} heads × "
                       f"head dim {fmt(info.get('head_dim'))}"),
             "selection": f"{len(layers)} layers × {len(heads)} heads checked",
-            "inputs": (f"{fmt(inp.get('n_samples'))} {inp.get('kind', 'inputs')} from "
-                       f"{inp.get('source', 'unrecorded source')}") if inp else "not recorded",
+            "inputs": (f"{fmt(inp.get('n_samples'))} {_plural(inp.get('kind'), inp.get('n_samples'))}"
+                       f" from {inp.get('source', 'unrecorded source')}") if inp else "not recorded",
         })
     return {"claims": claims, "models": models,
             "differences": setup_differences(results, index),
@@ -1001,6 +1001,13 @@ def _scrub(obj):
     if isinstance(obj, tuple):
         return tuple(_scrub(v) for v in obj)
     return obj
+
+
+def _plural(kind: str | None, n) -> str:
+    """``image`` → ``images`` for a count other than 1 (the input set records its kind singular)."""
+    if not kind:
+        return "inputs"
+    return kind if n == 1 or kind.endswith("s") else f"{kind}s"
 
 
 def write_report(results_path, out_path) -> Path:
