@@ -318,6 +318,21 @@ def _agreement(ours: dict[tuple, dict], ref: dict[tuple, dict], rtol: float) -> 
             "passed": not failures and flag_mismatch == 0}
 
 
+def _tracking_groups(run, state: dict):
+    """``run._groups`` and a wrapper of it that notes, in ``state``, the layer, samples and heads
+    of the batch being computed (and every batch's sample count under ``"chunks"``), so the
+    recorders can key what the session's math saw by (sample, layer, head)."""
+    orig_groups = run._groups
+
+    def groups(layer):
+        for item in orig_groups(layer):
+            state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
+            state.setdefault("chunks", []).append(len(item[0]))
+            yield item
+
+    return orig_groups, groups
+
+
 def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> dict:
     import checks.gram
     import checks.similarity
@@ -365,14 +380,7 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     # ---- ours: claim V, every layer, through the session (fresh cache: nothing reused)
     recorded: dict[tuple, tuple] = {}
     state: dict[str, Any] = {}
-    orig_groups = run._groups
-
-    def groups(layer):
-        for item in orig_groups(layer):
-            state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
-            state.setdefault("chunks", []).append(len(item[0]))
-            yield item
-
+    orig_groups, groups = _tracking_groups(run, state)
     run._groups = groups
 
     def recording(orig):
@@ -485,12 +493,7 @@ def _bench_claim(claim: str, run, info: dict, layers: list[int], subset: set, sa
     stages = J_STAGES if claim == "J" else E_STAGES
     recorded: dict[tuple, tuple] = {}
     state: dict[str, Any] = {}
-    orig_groups = run._groups
-
-    def groups(layer):
-        for item in orig_groups(layer):
-            state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
-            yield item
+    orig_groups, groups = _tracking_groups(run, state)
 
     def record(q, k, v, extra=None):
         first = state["heads"].start or 0
