@@ -79,14 +79,12 @@ VARIANTS = ("orig", "hflip", "crop-tl", "crop-br", "hflip-crop-c")
 
 # ------------------------------------------------------------------------------------- helpers
 def parse_bytes(text: str) -> int:
-    """'512M', '2G', '1.5G', '300000' → bytes (binary units)."""
-    units = {"K": 1024, "M": MIB, "G": 1024 ** 3}
-    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    """'512M', '2G', '1.5G', '300000' → bytes (binary units; :func:`fixtures.preflight.size_bytes`)."""
+    from fixtures.preflight import size_bytes
+
     try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(float(t))
-    except ValueError:
+        return size_bytes(text)
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"cannot read a memory size from {text!r}; "
                                          "write e.g. 512M or 2G") from None
 
