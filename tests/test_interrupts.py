@@ -110,8 +110,11 @@ def start_claims(workdir: Path, out: Path, cache: Path, *extra: str, pause_in: s
         mark.unlink(missing_ok=True)
         env.update(KPCA_SLOW_NAMESPACE=pause_in, KPCA_SLOW_MARK=str(mark))
         extra = (*extra, "-p", "kpca_slow")
+    # A shell that starts jobs in the background sets SIGINT to "ignored", which children inherit
+    # and Python then keeps: give the run the default disposition, as a terminal's Ctrl-C finds it.
     return subprocess.Popen(_command(workdir, out, cache, *extra), cwd=workdir, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for_pause(proc: subprocess.Popen, out: Path, namespace: str) -> None:
