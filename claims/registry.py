@@ -1,0 +1,122 @@
+"""The registry of claims: one :class:`ClaimSpec` per claim, registered where the claim is defined.
+
+A claim is one module (``claims/claim_v.py``) that registers its spec with :func:`register`, plus
+its math in ``checks/``, its rules in ``claims/thresholds.toml`` and, if it wants more than the
+generic report section, a Jinja partial. Everything else (batching, caching, device, non-finite
+checks, progress, parametrisation over models × layers × heads, results, report) iterates over
+this registry; no other module names a claim.
+
+This module itself uses the standard library only; ``import claims`` registers the built-in claims
+(V, J, E). The spec's callables are given as ``"module:function"`` strings, imported on first use
+(:func:`resolve`), so that a spec can name code (a report section, say) in a layer above it
+without importing it.
+
+>>> spec = ClaimSpec(id="X", section="claim_x", title="a toy claim", statement="x holds",
+...                  source="method §1", unit="head", levels=("head",),
+...                  layer_metrics="claims.claim_x:layer_metrics")
+>>> spec.id, spec.section
+('X', 'claim_x')
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: The units a claim test can be parametrised over, finest first.
+UNITS = ("head", "layer", "model", "series")
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """What the rest of kpca-claims needs to know about one claim.
+
+    Attributes
+    ----------
+    id : str
+        Short id used in records (``"claim"`` field), verdict tables and test ids: ``"V"``.
+    section : str
+        Its section of ``claims/thresholds.toml`` and its cache folder: ``"claim_v"``.
+    title, statement, source : str
+        One-line title, one-sentence statement and where it comes from (P1/P2 and method §N).
+    unit : str
+        The finest unit it is judged on (one of :data:`UNITS`).
+    levels : tuple of str
+        Every record level its tests write (e.g. ``("head", "model")``).
+    layer_metrics : str or None
+        ``"module:function"``: the batched per-layer computation (fixtures call it generically).
+    code : tuple of str
+        Project sources (files or folders) whose hash keys its cached per-layer metrics, besides
+        ``checks/`` and the generic batching code.
+    metrics : tuple of str
+        Its judged metric names, in report order.
+    report_context : str or None
+        ``"module:function"`` building the context of its report section; None: generic section.
+    template : str or None
+        Its Jinja partial (a path relative to the project root); None: the generic partial.
+    """
+
+    id: str
+    section: str
+    title: str
+    statement: str
+    source: str
+    unit: str
+    levels: tuple[str, ...]
+    layer_metrics: str | None = None
+    code: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    report_context: str | None = None
+    template: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"claim {self.id!r}: unit {self.unit!r} is not one of {UNITS}")
+        bad = [lv for lv in self.levels if lv not in UNITS]
+        if bad:
+            raise ValueError(f"claim {self.id!r}: levels {bad} are not among {UNITS}")
+
+
+_CLAIMS: dict[str, ClaimSpec] = {}
+
+
+def register(spec: ClaimSpec) -> ClaimSpec:
+    """Register ``spec``; registering the same spec again is a no-op, another spec under a
+    taken id or section is an error naming both."""
+    for other in _CLAIMS.values():
+        if other == spec:
+            return spec
+        if other.id == spec.id or other.section == spec.section:
+            raise ValueError(f"claim {spec.id!r} ({spec.section}) clashes with the registered "
+                             f"claim {other.id!r} ({other.section}); pick another id and section")
+    _CLAIMS[spec.id] = spec
+    return spec
+
+
+def unregister(claim_id: str) -> None:
+    """Remove a claim (tests that register a toy claim clean up with this)."""
+    _CLAIMS.pop(claim_id, None)
+
+
+def get(claim_id: str) -> ClaimSpec:
+    """The spec registered under ``claim_id``; an unknown id names the registered ones."""
+    try:
+        return _CLAIMS[claim_id]
+    except KeyError:
+        raise KeyError(f"no claim {claim_id!r} is registered; registered: "
+                       f"{', '.join(_CLAIMS) or 'none'}") from None
+
+
+def all_claims() -> tuple[ClaimSpec, ...]:
+    """Every registered claim, in registration order (V, J, E first)."""
+    return tuple(_CLAIMS.values())
+
+
+def resolve(target: str) -> Callable:
+    """Import ``"package.module:function"`` and return the function."""
+    module, _, name = target.partition(":")
+    if not module or not name:
+        raise ValueError(f"{target!r} is not of the form 'module:function'")
+    return getattr(importlib.import_module(module), name)
