@@ -1,0 +1,103 @@
+"""Before/after identity of the claim interface (issue 15): a small default-style claim run gives
+the same records as the code before V, J and E moved onto :mod:`claims.registry`, to the bit.
+
+The golden file ``tests/data/claim_identity.json`` was written by the code of commit 6070d57 (the
+per-layer computations still in ``fixtures/session.py``) from this module's :data:`RUN` on a
+fresh cache, one torch thread. It holds the run's ``records`` and ``models``, passed through
+:func:`normalise`, the one place that says what is allowed to differ between two runs:
+
+- absolute paths: the checkout (``<root>``) and the cache folder (``<cache>``);
+- ``models.<key>.capture_key``: a hash of the capture code's sources, which changes whenever
+  that code is edited, not when its numbers do.
+
+Everything else is compared bitwise (``json.dumps(..., sort_keys=True)``): every record field,
+metric, interval, verdict and evidence text, and every golden field of ``models`` (a field added
+later is allowed: new results fields are optional by contract).
+
+Regenerate (only when a change of numbers is intended, and say so in the commit)::
+
+    python tests/test_claim_identity.py RESULTS_JSON CACHE_DIR > tests/data/claim_identity.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "data" / "claim_identity.json"
+pytest_plugins = ["pytester"]
+
+#: The selection: a text model with padding (samples of different lengths) and a trained ViT
+#: with its checkpoint series, so head, layer, model and series records of V, J and E all occur.
+RUN = ("--models", "all-MiniLM-L6-v2,tiny-vit-digits-softmax", "--n-samples", "6",
+       "--layers", "0,1", "--heads", "0,1,2", "--threads", "1", "--report", "none")
+VOLATILE_MODEL_FIELDS = ("capture_key",)
+
+
+def normalise(results: dict, cache_dir: str | os.PathLike) -> dict:
+    """The parts of a results.json that must not change, with paths made relative (see the
+    module docstring): ``{"records": [...], "models": {...}}``."""
+    def paths(obj):
+        if isinstance(obj, dict):
+            return {k: paths(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [paths(v) for v in obj]
+        if isinstance(obj, str):
+            return obj.replace(str(ROOT), "<root>").replace(str(cache_dir), "<cache>")
+        return obj
+
+    models = {key: {k: v for k, v in model.items() if k not in VOLATILE_MODEL_FIELDS}
+              for key, model in results["models"].items()}
+    return paths({"records": results["records"], "models": models})
+
+
+def _trained_cache(cache: Path) -> None:
+    """A fresh cache folder whose ``trained/`` is the user's (training again costs minutes; the
+    trained checkpoints are inputs here, not what is tested)."""
+    user = Path(os.environ.get("KPCA_CACHE", ROOT / ".kpca-cache")) / "trained"
+    cache.mkdir(parents=True)
+    user.mkdir(parents=True, exist_ok=True)
+    (cache / "trained").symlink_to(user, target_is_directory=True)
+
+
+@pytest.mark.slow
+def test_claim_records_are_bitwise_identical_to_before_the_interface(pytester, tmp_path):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    _trained_cache(cache)
+    run = pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        "-p", "no:cacheprovider", *RUN, "--out", str(out), "--cache-dir", str(cache), "-q",
+        timeout=600)
+    assert run.ret in (0, 1), run.stdout.str()[-3000:]
+    got = normalise(json.loads((out / "results.json").read_text()), cache)
+    want = json.loads(GOLDEN.read_text())
+    assert [r["test_id"] for r in got["records"]] == [r["test_id"] for r in want["records"]]
+    for mine, theirs in zip(got["records"], want["records"]):
+        assert json.dumps(mine, sort_keys=True) == json.dumps(theirs, sort_keys=True), \
+            f"record {theirs['test_id']} ({theirs['claim']}, {theirs['level']}) changed"
+    assert sorted(got["models"]) == sorted(want["models"])
+    for key, model in want["models"].items():
+        kept = {k: got["models"][key].get(k) for k in model}
+        assert json.dumps(kept, sort_keys=True) == json.dumps(model, sort_keys=True), key
+
+
+def test_normalise_strips_only_paths_and_the_capture_key():
+    results = {"records": [{"claim": "J", "points": [{"checkpoint": "/tmp/c/trained/a.safetensors"}],
+                            "j": 0.1}],
+               "models": {"m": {"capture_key": "abc", "input_set": {"source": f"{ROOT}/x.txt"},
+                                "n_heads": 3}},
+               "provenance": {"date": "today"}}
+    assert normalise(results, "/tmp/c") == {
+        "records": [{"claim": "J", "points": [{"checkpoint": "<cache>/trained/a.safetensors"}],
+                     "j": 0.1}],
+        "models": {"m": {"input_set": {"source": "<root>/x.txt"}, "n_heads": 3}}}
+
+
+if __name__ == "__main__":  # regenerate the golden file from a run of RUN (module docstring)
+    print(json.dumps(normalise(json.loads(Path(sys.argv[1]).read_text()), sys.argv[2]),
+                     indent=1, sort_keys=True))
