@@ -1,1 +1,7 @@
-"""The claim tests (thin) and the verdict rules they apply (thresholds in thresholds.toml)."""
+"""The claims: one registered :class:`claims.registry.ClaimSpec` each (``import claims``
+registers the built-in V, J and E, :mod:`claims.builtin`), their per-layer computations, records
+and verdict rules (thresholds in thresholds.toml), and the thin claim tests."""
+
+from . import builtin  # registers V, J, E
+
+__all__ = ["builtin"]

@@ -220,3 +220,60 @@ def message(record: dict, what: str) -> str:
 
 def _fmt(x) -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.4g}"
+
+
+# ------------------------------------------------------------------ per-layer computation
+# Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
+# a fixtures.model_run.LayerContext. Moved from fixtures/session.py (ModelRun._compute_claim_e,
+# gamma_seeds).
+def gamma_seeds(model: str, layer: int, samples: list[int], heads: slice) -> list[int]:
+    """One seed per (sample, head) of a batch for claim E's perturbed control (method §4), in
+    batch order: each item's draw depends on its own seed alone, not on how the samples and heads
+    were batched (``--max-memory``, the device), so CPU, GPU and resumed runs agree."""
+    return [seed_from(f"{model}-L{layer:02d}-E-s{b}-h{h}") for b in samples
+            for h in range(heads.start or 0, heads.stop)]
+
+
+def layer_metrics(ctx) -> dict[str, torch.Tensor]:
+    """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
+    finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
+    from checks import spectrum
+    from checks.errors import NonFiniteError
+    from checks.gram import KeyGram
+
+    info = ctx.info
+    d = info["head_dim"]
+    out: dict[str, torch.Tensor] = {}
+
+    def top_d(mu: torch.Tensor) -> torch.Tensor:  # P2 takes the first d by signed order
+        mu = mu[..., :d]
+        return torch.nn.functional.pad(mu, (0, d - mu.shape[-1])) if mu.shape[-1] < d else mu
+
+    for chunk, heads, _q, k, v in ctx.groups():
+        # One KeyGram per key route (raw, standardised), each keeping only the top d pairs
+        # (P2 reads the first d eigenvalues); the route γ is judged on (--standardize) keeps
+        # its eigenvectors and is handed to γ, the other is eigenvalues only.
+        top = min(d, k.shape[-2])
+        try:
+            raw, std = (KeyGram(k, scale=info["scale"], standardize=s, top=top,
+                                eigenvectors=s == ctx.options.standardize)
+                        for s in (False, True))
+            naive = spectrum.naive_gram_spectrum(k, scale=info["scale"])
+            gamma = spectrum.gamma_spread_batched(k, v, scale=info["scale"],
+                                                  standardize=ctx.options.standardize,
+                                                  seed=gamma_seeds(ctx.model, ctx.layer, chunk, heads),
+                                                  gram=std if ctx.options.standardize else raw)
+        except NonFiniteError as exc:
+            raise ctx.located(exc, chunk, heads) from exc
+        values = {"mu_log_raw": top_d(raw.eigenvalues),
+                  "mu_log_standardized": top_d(std.eigenvalues),
+                  "mu_naive_float32": torch.nan_to_num(top_d(naive.mu), nan=0.0),
+                  "naive_finite": naive.finite,
+                  "undetermined": gamma["undetermined"]}
+        for stage, mask in naive.first_nonfinite_stage.items():
+            values[f"naive_bad_{stage}"] = mask
+        for name in ("learned", "eigen", "perturbed"):
+            values[f"gamma_{name}"] = gamma[name].mean(-1)
+            values[f"gamma_{name}_abs"] = gamma[f"{name}_abs"].mean(-1)
+        ctx.fill(out, chunk, heads, values)
+    return out

@@ -148,3 +148,43 @@ def message(record: dict, what: str) -> str:
                 f"mean||h||^2 = {num(m['h_sq_mean'])}, J_proj = {num(m['j_proj'])}, "
                 f"log10 ratio = {ratio} (P2-logs: 2.35-3.63 after epoch 10)")
     return f"{head}\n{record['evidence']}"
+
+
+# ------------------------------------------------------------------ per-layer computation
+# Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
+# a fixtures.model_run.LayerContext. Moved from fixtures/session.py (ModelRun._compute_claim_j).
+def layer_metrics(ctx) -> dict[str, torch.Tensor]:
+    """Claim-J terms of every (sample, head) of one layer, [B, H]: token means of ‖φ‖² (also
+    in log space) and ‖h‖², J_proj, the Bessel share, the token count, and the p1-code ‖φ‖²."""
+    from checks.errors import NonFiniteError
+    from checks.gram import standardize_tokens
+    from checks.projection import log_phi_sq_norm_p1_code, projection_terms_batched
+
+    info = ctx.info
+    dtype = ctx.options.torch_dtype
+    out: dict[str, torch.Tensor] = {}
+    for chunk, heads, q, k, v in ctx.groups():
+        try:
+            exact = projection_terms_batched(q, k, v, scale=info["scale"],
+                                             standardize=ctx.options.standardize,
+                                             dtype=dtype)
+            # The p1-code variant differs from the exact terms only in ‖φ‖² (h is the same):
+            # its log ‖φ‖² alone, on the same (cast, standardised) q and k, not the whole set.
+            qd, kd = q.to(dtype), k.to(dtype)
+            if ctx.options.standardize:
+                qd, kd = standardize_tokens(qd), standardize_tokens(kd)
+            p1 = {"log_phi_sq": log_phi_sq_norm_p1_code(qd, kd, info["scale"])}
+        except NonFiniteError as exc:
+            raise ctx.located(exc, chunk, heads) from exc
+        n_tok = q.shape[-2]
+        ctx.fill(out, chunk, heads, {
+            # log of the token mean of ‖φ‖², exact even where ‖φ‖² underflows
+            "log_phi_sq_mean": torch.logsumexp(exact["log_phi_sq"], -1) - math.log(n_tok),
+            "phi_sq_mean": exact["phi_sq"].mean(-1),
+            "h_sq_mean": exact["h_sq"].mean(-1),
+            "j_proj": exact["j_proj"],
+            "bessel_share": exact["bessel_share"],
+            "n_tokens": torch.full(exact["j_proj"].shape, float(n_tok)),
+            "p1_log_phi_sq_mean": torch.logsumexp(p1["log_phi_sq"], -1) - math.log(n_tok),
+        })
+    return out

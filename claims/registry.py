@@ -44,8 +44,13 @@ class ClaimSpec:
         The finest unit it is judged on (one of :data:`UNITS`).
     levels : tuple of str
         Every record level its tests write (e.g. ``("head", "model")``).
-    layer_metrics : str or None
-        ``"module:function"``: the batched per-layer computation (fixtures call it generically).
+    layer_metrics : str, callable or None
+        ``"module:function"`` (or the function itself): the batched per-layer computation.
+        The session calls it generically as ``layer_metrics(ctx)`` with a
+        :class:`fixtures.model_run.LayerContext` (the layer, the model's info, the run options,
+        ``ctx.groups()`` over batches of q, k, v on the device, ``ctx.fill``/``ctx.located``),
+        and caches, checks (non-finite values) and reports progress on what it returns:
+        ``{name: tensor [samples, heads, ...]}``. None: the claim needs no per-layer metrics.
     code : tuple of str
         Project sources (files or folders) whose hash keys its cached per-layer metrics, besides
         ``checks/`` and the generic batching code.
@@ -55,6 +60,20 @@ class ClaimSpec:
         ``"module:function"`` building the context of its report section; None: generic section.
     template : str or None
         Its Jinja partial (a path relative to the project root); None: the generic partial.
+    extra : dict
+        Anything else a consumer wants to know (free-form, not read by the runtime).
+    settings : str, callable or None
+        ``"module:function"`` (or the function) returning a JSON-able dict of the settings its
+        cached per-layer metrics depend on beyond the run options (claim V: the allclose
+        tolerances of ``[claim_v.allclose]``); part of the cache key.
+    thresholds : dict, str or None
+        The rule sections of a claim whose rules are not in ``claims/thresholds.toml`` (a claim
+        from outside this repository): ``{section: {...}}`` shaped like the TOML file's sections,
+        or the path of a TOML file holding them. :func:`claims.verdicts.load_thresholds` adds
+        them to the file's sections (a section of the same name that differs is an error).
+    tests : str or None
+        The test module that judges it (``"claims/test_value_vectors.py"``), for tables that
+        group tests by claim.
     """
 
     id: str
@@ -64,12 +83,15 @@ class ClaimSpec:
     source: str
     unit: str
     levels: tuple[str, ...]
-    layer_metrics: str | None = None
+    layer_metrics: str | Callable | None = None
     code: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
     report_context: str | None = None
     template: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    settings: str | Callable | None = None
+    thresholds: dict | str | None = None
+    tests: str | None = None
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -114,8 +136,11 @@ def all_claims() -> tuple[ClaimSpec, ...]:
     return tuple(_CLAIMS.values())
 
 
-def resolve(target: str) -> Callable:
-    """Import ``"package.module:function"`` and return the function."""
+def resolve(target: str | Callable) -> Callable:
+    """Import ``"package.module:function"`` and return the function (a callable is returned
+    as it is)."""
+    if callable(target):
+        return target
     module, _, name = target.partition(":")
     if not module or not name:
         raise ValueError(f"{target!r} is not of the form 'module:function'")

@@ -5,15 +5,19 @@ space, and the naive float32 exp(S) route). Per head: γ constancy of the learne
 eigenvectors and P2's perturbed basis. Thresholds: thresholds.toml.
 """
 
+import pytest
+
 from claims import claim_e
 from claims.verdicts import assert_supported
+
+pytestmark = pytest.mark.kpca_claim("E")  # the claim these tests judge (claims/registry.py)
 
 
 def test_eigenvalue_statistics(model_ref, claim_session, record_result, collected_heads):
     run = claim_session.run(model_ref.model)
     layers, heads = collected_heads(model_ref.model)
     record = claim_e.model_record(model_ref.model,
-                                  {layer: run.claim_e_layer(layer) for layer in layers}, heads,
+                                  {layer: run.layer_metrics("E", layer) for layer in layers}, heads,
                                   run.prepare()["head_dim"], rules=run.options.rules)
     record_result(record, run)
     assert_supported(record, claim_e.message(record, f"model {model_ref.model}"))
@@ -22,6 +26,6 @@ def test_eigenvalue_statistics(model_ref, claim_session, record_result, collecte
 def test_gamma_constancy(head_ref, claim_session, record_result):
     run = claim_session.run(head_ref.model)
     record = claim_e.head_record(head_ref.model, head_ref.layer, head_ref.head,
-                                 run.claim_e_layer(head_ref.layer), rules=run.options.rules)
+                                 run.layer_metrics("E", head_ref.layer), rules=run.options.rules)
     record_result(record, run)
     assert_supported(record, claim_e.message(record, head_ref.id))

@@ -4,15 +4,19 @@ Per layer and per model: the magnitudes of mean‖φ(q)‖² and mean‖h‖² a
 checkpoint series: the trend of J_proj and which term carries it. Thresholds: thresholds.toml.
 """
 
+import pytest
+
 from claims import claim_j
 from claims.verdicts import assert_supported
+
+pytestmark = pytest.mark.kpca_claim("J")  # the claim these tests judge (claims/registry.py)
 
 
 def test_projection_loss(layer_ref, claim_session, record_result, collected_heads):
     run = claim_session.run(layer_ref.model)
     _, heads = collected_heads(layer_ref.model)
     record = claim_j.layer_record(layer_ref.model, layer_ref.layer,
-                                  run.claim_j_layer(layer_ref.layer), heads,
+                                  run.layer_metrics("J", layer_ref.layer), heads,
                                   rules=run.options.rules)
     record_result(record, run)
     assert_supported(record, claim_j.message(record, layer_ref.id))
@@ -22,7 +26,7 @@ def test_projection_loss_model(model_ref, claim_session, record_result, collecte
     run = claim_session.run(model_ref.model)
     layers, heads = collected_heads(model_ref.model)
     record = claim_j.model_record(model_ref.model,
-                                  {layer: run.claim_j_layer(layer) for layer in layers}, heads,
+                                  {layer: run.layer_metrics("J", layer) for layer in layers}, heads,
                                   rules=run.options.rules)
     record_result(record, run)
     assert_supported(record, claim_j.message(record, f"model {model_ref.model}"))
@@ -33,7 +37,7 @@ def test_projection_trend(series_ref, claim_session, record_result):
     points = []
     for point in claim_session.series(series_ref.name):
         info = point.run.prepare()
-        pooled = claim_j.pooled([point.run.claim_j_layer(layer) for layer in range(info["n_layers"])],
+        pooled = claim_j.pooled([point.run.layer_metrics("J", layer) for layer in range(info["n_layers"])],
                                 list(range(info["n_heads"])))
         points.append({"step": point.step, "checkpoint": point.path,
                        "test_accuracy": point.sidecar.get("test_accuracy"),

@@ -4,8 +4,12 @@ Each test passes when the claim is supported for its head (or model), fails when
 inconclusive, and is skipped when V̂ is undetermined. Thresholds: claims/thresholds.toml.
 """
 
+import pytest
+
 from claims import claim_v
 from claims.verdicts import assert_supported
+
+pytestmark = pytest.mark.kpca_claim("V")  # the claim these tests judge (claims/registry.py)
 
 
 def test_value_vectors(head_ref, claim_session, record_result, collected_heads):
@@ -14,9 +18,9 @@ def test_value_vectors(head_ref, claim_session, record_result, collected_heads):
     # the test against chance is adjusted across the model's selected heads, and the intervals
     # of all of them come from one pass (method §7); the per-layer metrics are cached
     stats = claim_v.head_statistics(head_ref.model,
-                                    {layer: run.claim_v_layer(layer) for layer in layers}, heads)
+                                    {layer: run.layer_metrics("V", layer) for layer in layers}, heads)
     record = claim_v.head_record(head_ref.model, head_ref.layer, head_ref.head,
-                                 run.claim_v_layer(head_ref.layer),
+                                 run.layer_metrics("V", head_ref.layer),
                                  statistics=stats.get((head_ref.layer, head_ref.head)),
                                  rules=run.options.rules)
     record_result(record, run)
@@ -26,7 +30,7 @@ def test_value_vectors(head_ref, claim_session, record_result, collected_heads):
 def test_value_vectors_model(model_ref, claim_session, record_result, collected_heads):
     run = claim_session.run(model_ref.model)
     layers, heads = collected_heads(model_ref.model)
-    per_layer = {layer: run.claim_v_layer(layer) for layer in layers}
+    per_layer = {layer: run.layer_metrics("V", layer) for layer in layers}
     stats = claim_v.head_statistics(model_ref.model, per_layer, heads)
     head_verdicts: dict[str, int] = {}
     by_rules: dict[str, dict[str, int]] = {}

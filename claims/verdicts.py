@@ -55,11 +55,36 @@ class Verdict:
 
 
 def load_thresholds(path: str | None = None) -> dict:
-    """The parsed thresholds file (validated: every rule has value, direction and source).
+    """The parsed thresholds file (validated: every rule has value, direction and source), with
+    the rule sections of registered claims that bring their own (``ClaimSpec.thresholds``: a
+    claim from outside this repository) added.
 
     ``path`` defaults to the module attribute :data:`THRESHOLDS_FILE`, looked up at each call, so
     a test (or a caller) can point the whole suite at another copy of the file."""
-    return _parse_thresholds(str(path if path else THRESHOLDS_FILE))
+    data = _parse_thresholds(str(path if path else THRESHOLDS_FILE))
+    extra = _registered_sections(data)
+    return {**data, **extra} if extra else data
+
+
+def _registered_sections(data: dict) -> dict:
+    """The rule sections registered claims carry (``ClaimSpec.thresholds``), validated as the
+    file's are; a section the file also has must be equal to it."""
+    from .registry import all_claims
+
+    out: dict = {}
+    for spec in all_claims():
+        if spec.thresholds is None:
+            continue
+        if isinstance(spec.thresholds, (str, Path)):
+            sections = _parse_thresholds(str(Path(spec.thresholds).resolve()))
+        else:
+            sections = _validated(dict(spec.thresholds), f"claim {spec.id!r} (ClaimSpec.thresholds)")
+        for name, section in sections.items():
+            if name in data and data[name] != section:
+                raise ValueError(f"claim {spec.id!r} brings a rule section [{name}] that differs "
+                                 f"from the one in {THRESHOLDS_FILE.name}; rename its section")
+            out[name] = section
+    return out
 
 
 def allclose_tolerance(path: str | None = None) -> dict[str, float]:
@@ -71,15 +96,19 @@ def allclose_tolerance(path: str | None = None) -> dict[str, float]:
 @lru_cache(maxsize=None)
 def _parse_thresholds(path: str) -> dict:
     p = Path(path)
-    data = tomllib.loads(p.read_text(encoding="utf-8"))
+    return _validated(tomllib.loads(p.read_text(encoding="utf-8")), str(p))
+
+
+def _validated(data: dict, where: str) -> dict:
+    """``data`` (rule sections), after checking every rule has value, direction and source."""
     for claim, section in data.items():
         for kind in ("supported", "refuted"):
             for metric, rule in section.get(kind, {}).items():
                 missing = {"value", "direction", "source"} - set(rule)
                 if missing:
-                    raise ValueError(f"{p}: [{claim}.{kind}.{metric}] lacks {sorted(missing)}")
+                    raise ValueError(f"{where}: [{claim}.{kind}.{metric}] lacks {sorted(missing)}")
                 if rule["direction"] not in _OPS:
-                    raise ValueError(f"{p}: [{claim}.{kind}.{metric}] direction must be one of {sorted(_OPS)}")
+                    raise ValueError(f"{where}: [{claim}.{kind}.{metric}] direction must be one of {sorted(_OPS)}")
     return data
 
 
@@ -193,12 +222,20 @@ def _judged(record: dict) -> list[str]:
     metrics = record.get("metrics") or {}
     names: list[str] = []
     try:
-        section = load_thresholds()[_SECTIONS[(record.get("claim"), record.get("level"))]]
+        key = (record.get("claim"), record.get("level"))
+        section = load_thresholds()[_SECTIONS[key] if key in _SECTIONS else _spec_section(key[0])]
         for kind in ("supported", "refuted"):
             names += [m for m in section.get(kind, {}) if m in metrics and m not in names]
     except (KeyError, TypeError, AttributeError):
         pass
     return names or [m for m in metrics if isinstance(metrics[m], (int, float))][:ONE_LINE_METRICS]
+
+
+def _spec_section(claim) -> str:
+    """The rule section of a registered claim (``ClaimSpec.section``); KeyError if none."""
+    from .registry import get
+
+    return get(str(claim)).section
 
 
 def _num(x) -> str:

@@ -112,7 +112,7 @@ def test_arch_mismatch_is_one_clear_sentence(pytester, tiny_checkpoint, tmp_path
 
 
 def test_assignment_threads_one_on_cpu_and_a_share_of_the_cores_beside_a_gpu(monkeypatch):
-    from fixtures import session
+    from fixtures import model_run as session
 
     monkeypatch.setattr(session.os, "cpu_count", lambda: 16)
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
@@ -144,8 +144,7 @@ def test_head_chunks_for_long_sequences_give_the_same_numbers(tmp_path):
             assert all(len(c) == 1 and h.stop - h.start == 1 for c, h in chunks)  # one head each
         else:
             assert all(h == slice(0, 12) for _, h in chunks)
-        runs[name] = {"V": run.claim_v_layer(0), "J": run.claim_j_layer(0),
-                      "E": run.claim_e_layer(0)}
+        runs[name] = {c: run.layer_metrics(c, 0) for c in "VJE"}
     for claim in ("V", "J", "E"):
         whole, split = runs["whole"][claim], runs["split"][claim]
         for key, value in whole.items():

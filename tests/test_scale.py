@@ -293,7 +293,7 @@ def test_device_cuda_without_cuda_stops_the_run_with_one_sentence(pytester, tmp_
 
 
 def test_the_switch_sends_the_cpu_down_the_accelerator_path(monkeypatch):
-    from fixtures import session
+    from fixtures import model_run as session
     from fixtures.device import ACCELERATOR_PATH_ENV, on_accelerator_path
 
     monkeypatch.setattr(session.os, "cpu_count", lambda: 16)
@@ -321,7 +321,7 @@ def test_accelerator_path_on_the_cpu_gives_the_cpu_numbers(tmp_path, monkeypatch
     cache = Cache(str(tmp_path / "cache"))
     opts = RunOptions(n_samples=4, seed=0, cache_dir=str(tmp_path / "cache"))
     cpu_run = ModelRun(spec, opts, cache)
-    cpu = {c: getattr(cpu_run, f"_compute_claim_{c.lower()}")(0) for c in "VJE"}
+    cpu = {c: cpu_run.compute_layer(c, 0) for c in "VJE"}
     cpu_chunks = cpu_run._chunks([0, 1, 2, 3], 3, 197)
     monkeypatch.setenv(ACCELERATOR_PATH_ENV, "1")
     for max_memory, same_batches in ((3 * 1024**2, False), (2 * 1024**3, True)):
@@ -330,7 +330,7 @@ def test_accelerator_path_on_the_cpu_gives_the_cpu_numbers(tmp_path, monkeypatch
         chunks = run._chunks([0, 1, 2, 3], 3, 197)
         if not same_batches:  # the device budget, not the CPU's cache-sized one, sets the batches
             assert len(chunks) == 12 and len(cpu_chunks) == 1
-        accel = {c: getattr(run, f"_compute_claim_{c.lower()}")(0) for c in "VJE"}
+        accel = {c: run.compute_layer(c, 0) for c in "VJE"}
         for claim in "VJE":
             assert accel[claim].keys() == cpu[claim].keys()
             for key, value in cpu[claim].items():

@@ -14,7 +14,7 @@ import fixtures  # noqa: F401  (torchvision shim before timm)
 import timm  # noqa: F401  (imported here so that in-process runs never import (and register) it twice)
 from claims import verdicts
 from fixtures import capture, models  # noqa: F401  (likewise)
-from fixtures import plugin, session
+from fixtures import plugin, progress, session  # noqa: F401  (session: likewise)
 from fixtures.session import set_progress_writer
 from report.render import display_path, scrub_paths
 
@@ -198,10 +198,10 @@ def test_progress_lines_give_rate_and_eta(monkeypatch):
     lines: list[str] = []
     set_progress_writer(lines.append)
     clock = iter(range(0, 1000, 5))
-    monkeypatch.setattr(session.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(progress.time, "monotonic", lambda: float(next(clock)))
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     try:
-        stage = session.StageProgress("all-MiniLM-L6-v2 claim E", 6, "layer")
+        stage = progress.StageProgress("all-MiniLM-L6-v2 claim E", 6, "layer")
         stage.step(None)  # layer 0 from the cache: nothing to follow yet
         assert lines == []
         for _ in range(5):
@@ -253,7 +253,7 @@ def test_a_series_checkpoint_prints_one_line_per_stage(monkeypatch):
     lines: list[str] = []
     set_progress_writer(lines.append)
     try:
-        stage = session.StageProgress("tiny step 450 claim J", 3, "layer", only_last=True)
+        stage = progress.StageProgress("tiny step 450 claim J", 3, "layer", only_last=True)
         for _ in range(3):
             stage.step(0.5)
     finally:
@@ -266,7 +266,7 @@ def test_a_short_stage_prints_only_its_closing_line(monkeypatch):
     lines: list[str] = []
     set_progress_writer(lines.append)
     try:
-        stage = session.StageProgress("m claim J", 6, "layer")
+        stage = progress.StageProgress("m claim J", 6, "layer")
         for _ in range(6):
             stage.step(0.2)
     finally:

@@ -1,0 +1,43 @@
+"""The built-in claims V, J and E as :class:`claims.registry.ClaimSpec` declarations.
+
+This module holds only their declarations (standard library, no torch), so that ``import claims``
+registers them cheaply, for the report as for the runtime. Each claim's code lives in its own
+module: ``claims/claim_v.py`` holds claim V's per-layer computation (``layer_metrics``, called by
+the session) and its records and verdicts, and likewise ``claim_j.py`` and ``claim_e.py``; their
+rules are the ``claim_v*``, ``claim_j*`` and ``claim_e*`` sections of ``claims/thresholds.toml``;
+their tests are the thin ``claims/test_*.py`` named by ``tests``. A claim from outside this
+repository declares its spec wherever it is defined (docs/architecture.md, "Adding a claim").
+"""
+
+from __future__ import annotations
+
+from .names import J_METRICS, V_METRICS
+from .registry import ClaimSpec, register
+
+V = register(ClaimSpec(
+    id="V", section="claim_v",
+    title="Value vectors are the eigenvectors of the centred key Gram matrix",
+    statement="The learned value vectors V of each head equal the kernel-PCA value matrix "
+              "V̂ = G(I − 11ᵀ/N)A built from the keys' centred Gram eigenvectors.",
+    source="P1 §2; P2 finding 1; method §2", unit="head", levels=("head", "model"),
+    layer_metrics="claims.claim_v:layer_metrics", code=("claims/claim_v.py",),
+    metrics=V_METRICS, settings="claims.claim_v:cache_settings",
+    tests="claims/test_value_vectors.py"))
+
+J = register(ClaimSpec(
+    id="J", section="claim_j",
+    title="Attention minimises the KPCA projection loss J_proj",
+    statement="J_proj = mean over queries of ‖φ(q)‖² − ‖h‖² is a projection error: "
+              "non-negative, and falling over training.",
+    source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
+    layer_metrics="claims.claim_j:layer_metrics", code=("claims/claim_j.py",),
+    metrics=J_METRICS, tests="claims/test_projection_loss.py"))
+
+E = register(ClaimSpec(
+    id="E", section="claim_e",
+    title="Gram eigenvalue statistics justify V as eigenvectors",
+    statement="The Gram eigenvalue statistics are reproducible, and γ_i = (K̃â)_i/(N â_i) is "
+              "constant over i for the â recovered from the learned V.",
+    source="P1 §2.2.2; P2 finding 3; method §4", unit="head", levels=("head", "model"),
+    layer_metrics="claims.claim_e:layer_metrics", code=("claims/claim_e.py",),
+    tests="claims/test_gram_spectrum.py"))
