@@ -580,16 +580,16 @@ def test_internal_error_is_exit_3_with_its_traceback(pytester, tmp_path, files, 
 def test_unwritable_output_at_the_end_keeps_the_results(pytester, tmp_path, files, monkeypatch):
     """The output folder cannot be written when results.json is due (it passed the pre-flight
     check): the results go to a fallback file in the temporary folder, and the run says where."""
-    from fixtures import plugin
+    from fixtures import results as results_module
 
-    real = plugin.atomic_write_text
+    real = results_module.atomic_write_text
 
     def refuse(path, text):
         if Path(path).parent == tmp_path / "out":
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real(path, text)
 
-    monkeypatch.setattr(plugin, "atomic_write_text", refuse)
+    monkeypatch.setattr(results_module, "atomic_write_text", refuse)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     result = claims(pytester, tmp_path, *TINY_CKPT(files), "-k", "test_value_vectors and not model")
     assert result.ret == 7, result.stdout.str()[-3000:]

@@ -60,6 +60,16 @@ TOY_CLAIM = '''
     pytestmark = pytest.mark.kpca_claim("H")
 
 
+    class TypedRecord:
+        """A typed record (anything with to_json()), which record_result accepts beside a dict."""
+
+        def __init__(self, fields):
+            self.fields = fields
+
+        def to_json(self):
+            return dict(self.fields)
+
+
     def test_attention_entropy(head_ref, claim_session, record_result):
         run = claim_session.run(head_ref.model)
         entropy = run.layer_metrics("H", head_ref.layer)["entropy"][:, head_ref.head]
@@ -70,7 +80,7 @@ TOY_CLAIM = '''
                   "verdict": v.verdict, "verdicts": {"p2": v.verdict, "ours": v.verdict},
                   "rules": run.options.rules, "n_samples": int(entropy.numel()),
                   "evidence": verdicts.format_evidence(v)}
-        record_result(record, run)
+        record_result(TypedRecord(record), run)
         assert_supported(record, f"claim H {head_ref.id}: {v.verdict}\\n{record['evidence']}")
 '''
 
