@@ -184,6 +184,39 @@ def test_a_claims_thresholds_are_validated_like_the_files():
         registry.unregister("T")
 
 
+def test_the_cache_key_of_a_claims_metrics_covers_its_own_code(tmp_path):
+    import importlib.util
+
+    from fixtures.model_run import _claim_code
+
+    assert _claim_code(registry.get("V")) == ("checks", "fixtures/model_run.py", "claims/claim_v.py")
+    assert _claim_code(registry.get("J"))[-1] == "claims/claim_j.py"
+    # a claim defined outside the project: its file, by absolute path
+    (tmp_path / "my_claim.py").write_text("def layer_metrics(ctx):\n    return {}\n")
+    found = importlib.util.spec_from_file_location("my_claim", tmp_path / "my_claim.py")
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    spec = registry.ClaimSpec(id="T", section="claim_t", title="t", statement="t", source="t",
+                              unit="head", levels=("head",), layer_metrics=module.layer_metrics)
+    assert _claim_code(spec)[-1] == str((tmp_path / "my_claim.py").resolve())
+
+
+def test_a_claim_without_a_per_layer_computation_says_so(tmp_path):
+    from fixtures.cache import Cache
+    from fixtures.model_run import ModelRun
+    from fixtures.run_options import RunOptions
+
+    registry.register(registry.ClaimSpec(id="T", section="claim_t", title="t", statement="t",
+                                         source="t", unit="model", levels=("model",)))
+    try:
+        run = ModelRun(SimpleNamespace(key="m"), RunOptions(cache_dir=str(tmp_path)),
+                       Cache(str(tmp_path)))
+        with pytest.raises(ValueError, match="claim 'T' declares no per-layer computation"):
+            run.compute_layer("T", 0)
+    finally:
+        registry.unregister("T")
+
+
 # ------------------------------------------------------------------ unsupported claims (family)
 def test_a_family_that_declares_a_claim_unsupported_gets_a_skip_with_its_reason():
     from fixtures.plugin import _unsupported
