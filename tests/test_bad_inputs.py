@@ -619,16 +619,16 @@ def test_a_complete_run_has_a_record_for_every_collected_claim_test(pytester, tm
 
 def test_a_test_without_a_record_makes_the_run_incomplete(pytester, tmp_path, files, monkeypatch):
     """A claim test that passes without recording (a bug) cannot leave complete: true behind."""
-    from fixtures import plugin
+    from fixtures.results import ResultsCollector
 
-    real = plugin.pytest_runtest_logreport
+    real = ResultsCollector.pytest_runtest_logreport
 
-    def drop(report):  # the controller loses the value-vector head record (fixtures/records.py)
+    def drop(self, report):  # the controller loses the value-vector head record (records.py)
         if "test_value_vectors[" in report.nodeid and hasattr(report, "kpca_record"):
             del report.kpca_record
-        return real(report)
+        return real(self, report)
 
-    monkeypatch.setattr(plugin, "pytest_runtest_logreport", drop)
+    monkeypatch.setattr(ResultsCollector, "pytest_runtest_logreport", drop)
     result = claims(pytester, tmp_path, *TINY_CKPT(files), "-k", "test_value_vectors and not model")
     results = _results(tmp_path)
     assert result.ret == 3 and results["complete"] is False
