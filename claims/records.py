@@ -96,7 +96,7 @@ class Record(Mapping):
         (:func:`record_class`), or :class:`Record` for one no class is registered for."""
         if cls is Record:
             cls = record_class(obj.get("claim"), obj.get("level"))
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = cls._fields()
         kwargs = {k: v for k, v in obj.items() if k in known}
         for name in ("claim", "level", "model"):
             if not isinstance(kwargs.get(name), str):
@@ -104,16 +104,23 @@ class Record(Mapping):
         return cls(**kwargs, extra={k: v for k, v in obj.items() if k not in known})
 
     # ------------------------------------------------------------------ reading
+    def lookup(self, table: str, name: str):
+        """``name`` in the record's table ``table`` (a dict field such as ``null``, ``ci``,
+        ``vs_null``, or a key of ``extra``); None when the record has no such table or entry."""
+        found = getattr(self, table, None) if table in self._fields() else self.extra.get(table)
+        return found.get(name) if isinstance(found, dict) else None
+
     def ci_of(self, name: str, key: str = "ci") -> list[float] | None:
         """The [lo, hi] interval of metric ``name`` in ``ci`` (or ``ci_null``); None if none."""
-        table = getattr(self, key, None)
-        if table is None:
-            table = self.extra.get(key)
-        return table.get(name) if isinstance(table, dict) else None
+        return self.lookup(key, name)
 
     def metric(self, name: str):
         """The value of metric ``name``; None when the record has none."""
-        return None if self.metrics is None else self.metrics.get(name)
+        return self.lookup("metrics", name)
+
+    @classmethod
+    def _fields(cls) -> frozenset[str]:
+        return frozenset(f.name for f in fields(cls)) - {"extra"}
 
     # A record reads like the JSON object it writes (record["verdict"]).
     def __getitem__(self, key: str):

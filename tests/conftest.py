@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from tests._claim_specs import ensure_builtin_specs
+
+ensure_builtin_specs()  # TEMPORARY until import claims registers V, J, E (claim interface)
+os.environ["PYTHONPATH"] = os.pathsep.join(  # and in the processes the tests start (TEMPORARY)
+    p for p in (str(Path(__file__).with_name("_shim")), os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.fixture(scope="module")
