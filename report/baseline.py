@@ -33,6 +33,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from claims.records import Record
+
 from .atomic import atomic_write_text
 
 BASELINE_SCHEMA = "kpca-claims/baseline/2"
@@ -151,11 +153,13 @@ def identity(results: dict) -> dict:
             "positions": {k: sorted(map(list, v), key=str) for k, v in claims.items()}}
 
 
-def _record_entry(rec: dict) -> dict:
-    out = {k: rec.get(k) for k in ("claim", "model", "level", "layer", "head", "verdict")}
-    out["metrics"] = rec.get("metrics") or {}
-    if rec.get("ci"):
-        out["ci"] = rec["ci"]
+def _record_entry(obj: dict) -> dict:
+    """A baseline entry: a record's identity, verdict, metrics and intervals."""
+    rec = Record.from_json(obj)
+    out = {"claim": rec.claim, "model": rec.model, "level": rec.level, "layer": rec.layer,
+           "head": rec.head, "verdict": rec.verdict, "metrics": rec.metrics or {}}
+    if rec.ci:
+        out["ci"] = rec.ci
     return out
 
 
