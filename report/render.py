@@ -205,8 +205,8 @@ def provenance_context(results: dict, index: Index) -> dict:
                        "notes": [str(n) for n in inp.get("notes") or []],
                        "names": [str(n) for n in inp.get("names") or []]})
     # options recorded on records that differ from the run's options (never expected)
-    odd = sorted({r.get("test_id", "?") for r in results["records"]
-                  if isinstance(r.get("options"), dict) and r["options"] != results["options"]})
+    odd = sorted({r.test_id or "?" for r in index.records
+                  if isinstance(r.options, dict) and r.options != results["options"]})
     return {"run": run, "versions": versions, "options": options, "models": models,
             "odd_options": odd[:20], "n_odd_options": len(odd),
             "samples": results.get("samples") if isinstance(results.get("samples"), str) else None}
