@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -16,6 +17,8 @@ from .names import E_ROUTES as ROUTES
 from .records import EHeadRecord, EModelRecord
 
 CLAIM, GAMMA = "claim_e", "claim_e_gamma"
+#: Every pair of routes whose ratio ``max_route_ratio`` takes the largest of (method §4).
+ROUTE_PAIRS = tuple(itertools.combinations(ROUTES, 2))
 
 
 def _route_mu(per_layer: list[dict[str, torch.Tensor]], heads: list[int], route: str) -> torch.Tensor:
@@ -54,9 +57,7 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
                          "n_samples": s["n_samples"], "n_nonfinite": s["n_nonfinite"]}
     routes["naive_float32"]["nonfinite_where"] = _where_nonfinite(per_layer, heads)
     raw_std = route_comparison(stats["log_raw"], stats["log_standardized"])
-    pairs = [route_comparison(stats[a], stats[b]) for a, b in
-             (("log_raw", "log_standardized"), ("log_raw", "naive_float32"),
-              ("log_standardized", "naive_float32"))]
+    pairs = [route_comparison(stats[a], stats[b]) for a, b in ROUTE_PAIRS]
     finite = torch.cat([t["naive_finite"][:, heads].reshape(-1) for t in tensors])
     metrics = {"raw_vs_standardized_ratio": raw_std["max_ratio"],
                "max_route_ratio": max(p["max_ratio"] for p in pairs),
@@ -105,9 +106,7 @@ def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
     idx = bootstrap_indices(finite.shape[0], seed, int(settings["bootstrap_resamples"]))
     means = {route: torch.nanmean(x[idx], dim=1) for route, x in per.items()}  # [R, statistics]
     raw_std = _ratio(means["log_raw"], means["log_standardized"]).amax(-1)
-    pairs = torch.stack([_ratio(means[a], means[b]).amax(-1) for a, b in
-                         (("log_raw", "log_standardized"), ("log_raw", "naive_float32"),
-                          ("log_standardized", "naive_float32"))]).amax(0)
+    pairs = torch.stack([_ratio(means[a], means[b]).amax(-1) for a, b in ROUTE_PAIRS]).amax(0)
     share = finite.to(torch.float64).mean(1)[idx].mean(1)
     level = float(settings["confidence"])
     return {name: [float(x) for x in percentile_interval(draws, level)]
