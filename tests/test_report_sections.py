@@ -139,3 +139,13 @@ def test_index_reads_typed_records():
     index = render.Index(results)
     assert all(isinstance(r, Record) for r in index.records)
     assert index.claims()[:3] == ["V", "J", "E"]
+
+
+def test_the_report_declares_no_claim_of_its_own():
+    """Claim ids, titles, metric names, routes and reference ranges come from claims/ (the
+    registry, claims/names.py, the run's thresholds): none is re-declared under report/."""
+    sources = {p: p.read_text(encoding="utf-8") for p in (ROOT / "report").rglob("*.py")}
+    for path, text in sources.items():
+        for literal in ('("V", "J", "E")', "CLAIM_INFO", "TEST_FILE_CLAIMS", "P2_LOGS_",
+                        '"log_raw", "log_standardized"', "2.35, 3.63", "Value vectors are the"):
+            assert literal not in text, f"{path.relative_to(ROOT)} re-declares {literal}"
