@@ -22,7 +22,8 @@ V = register(ClaimSpec(
     source="P1 §2; P2 finding 1; method §2", unit="head", levels=("head", "model"),
     layer_metrics="claims.claim_v:layer_metrics", code=("claims/claim_v.py",),
     metrics=V_METRICS, settings="claims.claim_v:cache_settings",
-    tests="claims/test_value_vectors.py"))
+    report_context="report.sections.claim_v:context",
+    template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py"))
 
 J = register(ClaimSpec(
     id="J", section="claim_j",
@@ -31,7 +32,8 @@ J = register(ClaimSpec(
               "non-negative, and falling over training.",
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
     layer_metrics="claims.claim_j:layer_metrics", code=("claims/claim_j.py",),
-    metrics=J_METRICS, tests="claims/test_projection_loss.py"))
+    metrics=J_METRICS, report_context="report.sections.claim_j:context",
+    template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py"))
 
 E = register(ClaimSpec(
     id="E", section="claim_e",
@@ -40,4 +42,5 @@ E = register(ClaimSpec(
               "constant over i for the â recovered from the learned V.",
     source="P1 §2.2.2; P2 finding 3; method §4", unit="head", levels=("head", "model"),
     layer_metrics="claims.claim_e:layer_metrics", code=("claims/claim_e.py",),
-    tests="claims/test_gram_spectrum.py"))
+    report_context="report.sections.claim_e:context",
+    template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -12,9 +13,12 @@ from checks.stats import (bootstrap_indices, bootstrap_weights, masked_mean, per
                           position_between, seed_from)
 
 from . import verdicts
+from .names import E_ROUTES as ROUTES
+from .records import EHeadRecord, EModelRecord
 
 CLAIM, GAMMA = "claim_e", "claim_e_gamma"
-ROUTES = ("log_raw", "log_standardized", "naive_float32")
+#: Every pair of routes whose ratio ``max_route_ratio`` takes the largest of (method §4).
+ROUTE_PAIRS = tuple(itertools.combinations(ROUTES, 2))
 
 
 def _route_mu(per_layer: list[dict[str, torch.Tensor]], heads: list[int], route: str) -> torch.Tensor:
@@ -42,7 +46,7 @@ def _where_nonfinite(per_layer: dict[int, dict], heads: list[int]) -> str | None
 
 
 def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
-                 d: int, rules: str = "ours") -> dict:
+                 d: int, rules: str = "ours") -> EModelRecord:
     layers = sorted(per_layer)
     tensors = [per_layer[l] for l in layers]
     routes, stats = {}, {}
@@ -53,9 +57,7 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
                          "n_samples": s["n_samples"], "n_nonfinite": s["n_nonfinite"]}
     routes["naive_float32"]["nonfinite_where"] = _where_nonfinite(per_layer, heads)
     raw_std = route_comparison(stats["log_raw"], stats["log_standardized"])
-    pairs = [route_comparison(stats[a], stats[b]) for a, b in
-             (("log_raw", "log_standardized"), ("log_raw", "naive_float32"),
-              ("log_standardized", "naive_float32"))]
+    pairs = [route_comparison(stats[a], stats[b]) for a, b in ROUTE_PAIRS]
     finite = torch.cat([t["naive_finite"][:, heads].reshape(-1) for t in tensors])
     metrics = {"raw_vs_standardized_ratio": raw_std["max_ratio"],
                "max_route_ratio": max(p["max_ratio"] for p in pairs),
@@ -69,13 +71,11 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
     ci = _finite_intervals(route_ci(stats, per_sample_finite, seed_from(f"E-{model}-model")),
                            metrics)
     v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined)
-    notes = {"undefined": undefined} if undefined else {}
-    notes.update({"reason": v.reason} if v.reason else {})
-    return {"claim": "E", "level": "model", "model": model, "layer": None, "head": None,
-            "verdict": v.verdict, "verdicts": both, "rules": rules, "metrics": metrics, "ci": ci,
-            "routes": routes, "route_ratios": defined_values(raw_std["ratio"], {}),
-            "layers": layers, "heads": heads,
-            "evidence": verdicts.format_evidence(v, ci=ci, both=both), **notes}
+    return EModelRecord(claim="E", level="model", model=model, verdict=v.verdict, verdicts=both,
+                        rules=rules, metrics=metrics, ci=ci, routes=routes,
+                        route_ratios=defined_values(raw_std["ratio"], {}), layers=layers,
+                        heads=heads, evidence=verdicts.format_evidence(v, ci=ci, both=both),
+                        undefined=undefined or None, reason=v.reason or None)
 
 
 def _finite_intervals(ci: dict, metrics: dict) -> dict:
@@ -106,9 +106,7 @@ def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
     idx = bootstrap_indices(finite.shape[0], seed, int(settings["bootstrap_resamples"]))
     means = {route: torch.nanmean(x[idx], dim=1) for route, x in per.items()}  # [R, statistics]
     raw_std = _ratio(means["log_raw"], means["log_standardized"]).amax(-1)
-    pairs = torch.stack([_ratio(means[a], means[b]).amax(-1) for a, b in
-                         (("log_raw", "log_standardized"), ("log_raw", "naive_float32"),
-                          ("log_standardized", "naive_float32"))]).amax(0)
+    pairs = torch.stack([_ratio(means[a], means[b]).amax(-1) for a, b in ROUTE_PAIRS]).amax(0)
     share = finite.to(torch.float64).mean(1)[idx].mean(1)
     level = float(settings["confidence"])
     return {name: [float(x) for x in percentile_interval(draws, level)]
@@ -117,7 +115,7 @@ def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
 
 
 def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
-                rules: str = "ours") -> dict:
+                rules: str = "ours") -> EHeadRecord:
     undetermined = t["undetermined"][:, head]
     keep = ~undetermined
     n, n_undet = int(keep.numel()), int(undetermined.sum())
@@ -139,27 +137,27 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     position = defined("gamma_position", contrast, undefined)
     closer = (torch.abs(t["gamma_learned"][:, head] - t["gamma_eigen"][:, head])
               < torch.abs(t["gamma_learned"][:, head] - t["gamma_perturbed"][:, head]))
-    record = {"claim": "E", "level": "head", "model": model, "layer": layer, "head": head,
-              "metrics": {**means, "gamma_position": position}, "abs": absolute,
-              "closer_to_eigen_share": float(closer[keep].to(torch.float64).mean()),
-              "n_samples": n, "n_undetermined": n_undet}
+    metrics = {**means, "gamma_position": position}
     keeps = t["undetermined"]  # every head's kept samples, as above, for the layer's one pass
     share = keeps.to(torch.float64).mean(0)
     keeps = torch.where(share > max_share, torch.ones_like(keeps), ~keeps)
-    record["ci"] = _finite_intervals(gamma_ci(t, keeps, seed_from(f"E-{model}-L{layer:02d}"))[head],
-                                     record["metrics"])
-    record["rules"] = rules
+    ci = _finite_intervals(gamma_ci(t, keeps, seed_from(f"E-{model}-L{layer:02d}"))[head], metrics)
+    record = EHeadRecord(claim="E", level="head", model=model, layer=layer, head=head,
+                         metrics=metrics, abs=absolute,
+                         closer_to_eigen_share=float(closer[keep].to(torch.float64).mean()),
+                         n_samples=n, n_undetermined=n_undet, ci=ci, rules=rules)
     if n_undet / max(n, 1) > max_share:
-        record.update(verdict=verdicts.UNDETERMINED,
-                      verdicts={r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS},
-                      reason=f"{n_undet} of {n} samples have an undetermined eigen control "
-                             "(mu_d is round-off, method §2)")
+        record.verdict = verdicts.UNDETERMINED
+        record.verdicts = {r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS}
+        record.reason = (f"{n_undet} of {n} samples have an undetermined eigen control "
+                         "(mu_d is round-off, method §2)")
         return record
-    v, both = verdicts.judge_both(GAMMA, {"gamma_position": position}, record["ci"],
+    v, both = verdicts.judge_both(GAMMA, {"gamma_position": position}, ci,
                                   rules_name=rules, undefined=undefined)
-    record.update(verdict=v.verdict, verdicts=both,
-                  evidence=verdicts.format_evidence(v, ci=record["ci"], both=both))
-    record.update({"undefined": undefined, "reason": v.reason} if undefined else {})
+    record.verdict, record.verdicts = v.verdict, both
+    record.evidence = verdicts.format_evidence(v, ci=ci, both=both)
+    if undefined:
+        record.undefined, record.reason = undefined, v.reason
     return record
 
 
@@ -196,10 +194,10 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[
     return out
 
 
-def message(record: dict, what: str) -> str:
-    if record["level"] == "model":
-        r = record["routes"]
-        lines = [f"claim E {record['verdict']} for {what}: eigenvalue statistics by route "
+def message(record: EModelRecord | EHeadRecord, what: str) -> str:
+    if record.level == "model":
+        r = record.routes
+        lines = [f"claim E {record.verdict} for {what}: eigenvalue statistics by route "
                  "(mean over samples of max/min/mean/median_k of |mu_k| averaged over layers and heads)"]
         for route in ROUTES:
             stats = ", ".join(
@@ -207,15 +205,15 @@ def message(record: dict, what: str) -> str:
             lines.append(f"  {route:<17} {stats}; non-finite samples {r[route]['n_nonfinite']}")
         if r["naive_float32"].get("nonfinite_where"):
             lines.append(f"  naive route went non-finite at {r['naive_float32']['nonfinite_where']}")
-        return "\n".join(lines) + "\n" + record["evidence"]
-    m = record["metrics"]
-    if record["verdict"] == verdicts.UNDETERMINED:
-        return f"claim E (gamma) undetermined for {what}: {record['reason']}"
-    return (f"claim E (gamma constancy) {record['verdict']} for {what}: relative spread of gamma "
+        return "\n".join(lines) + "\n" + record.evidence
+    m = record.metrics
+    if record.verdict == verdicts.UNDETERMINED:
+        return f"claim E (gamma) undetermined for {what}: {record.reason}"
+    return (f"claim E (gamma constancy) {record.verdict} for {what}: relative spread of gamma "
             f"from the learned V {m['learned']:.4g} beside the true eigenvectors {m['eigen']:.4g} "
             f"and P2's perturbed basis {m['perturbed']:.4g} (position "
-            f"{verdicts.format_ci(m['gamma_position'], record.get('ci', {}).get('gamma_position'))}: "
-            f"0 = eigenvectors, 1 = perturbed)\n{record['evidence']}")
+            f"{verdicts.format_ci(m['gamma_position'], record.ci_of('gamma_position'))}: "
+            f"0 = eigenvectors, 1 = perturbed)\n{record.evidence}")
 
 
 def _fmt(x) -> str:

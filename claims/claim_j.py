@@ -12,6 +12,7 @@ from checks.stats import bootstrap_indices, percentile_interval, seed_from
 
 from . import verdicts
 from .names import J_METRICS
+from .records import JRecord, JTrendRecord
 
 CLAIM, TREND = "claim_j", "claim_j_trend"
 
@@ -48,28 +49,25 @@ def pooled_ci(layer_terms: list[dict[str, torch.Tensor]], heads: list[int], seed
 
 
 def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
-            rules: str = "ours", **extra) -> dict:
+            rules: str = "ours", **extra) -> JRecord:
     metrics = {k: values[k] for k in J_METRICS}
     undefined = {k: r for k, r in values.get("undefined", {}).items()}  # method §6.2
     if ci:  # an interval only for a defined value, with finite bounds (method §6.2)
         ci = {k: b for k, b in ci.items() if metrics.get(k) is not None
               and all(math.isfinite(float(x)) for x in b)}
     v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined)
-    extra.update({"undefined": undefined} if undefined else {})
-    extra.update({"reason": v.reason} if v.reason else {})
-    if ci:
-        extra = {"ci": ci, **extra}
-    return {"claim": "J", "level": level, "model": model, "layer": layer, "head": None,
-            "verdict": v.verdict, "verdicts": both, "rules": rules, "metrics": metrics,
-            "p1_code": {"log_phi_sq_mean": values["p1_log_phi_sq_mean"],
-                        "log_mean_error": values["p1_log_mean_error"],
-                        "label": "P1's logged quantity (p1-code variant), not the true loss"},
-            "reference": verdicts.load_thresholds()["claim_j_reference"],
-            "evidence": verdicts.format_evidence(v, ci=ci, both=both if ci else None), **extra}
+    return JRecord(claim="J", level=level, model=model, layer=layer,
+                   verdict=v.verdict, verdicts=both, rules=rules, metrics=metrics,
+                   p1_code={"log_phi_sq_mean": values["p1_log_phi_sq_mean"],
+                            "log_mean_error": values["p1_log_mean_error"],
+                            "label": "P1's logged quantity (p1-code variant), not the true loss"},
+                   reference=verdicts.load_thresholds()["claim_j_reference"],
+                   evidence=verdicts.format_evidence(v, ci=ci, both=both if ci else None),
+                   ci=ci or None, undefined=undefined or None, reason=v.reason or None, **extra)
 
 
 def layer_record(model: str, layer: int, terms: dict[str, torch.Tensor], heads: list[int],
-                 rules: str = "ours") -> dict:
+                 rules: str = "ours") -> JRecord:
     per_head = {name: [pooled([terms], [h])[name] for h in heads]
                 for name in J_METRICS}
     ci = pooled_ci([terms], heads, seed_from(f"J-{model}-L{layer:02d}"))
@@ -78,7 +76,7 @@ def layer_record(model: str, layer: int, terms: dict[str, torch.Tensor], heads: 
 
 
 def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
-                 rules: str = "ours") -> dict:
+                 rules: str = "ours") -> JRecord:
     layers = sorted(per_layer)
     per_layer_values = [pooled([per_layer[l]], heads) for l in layers]
     ci = pooled_ci([per_layer[l] for l in layers], heads, seed_from(f"J-{model}-model"))
@@ -89,7 +87,7 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
                                            "bessel_share")})
 
 
-def trend_record(series: str, points: list[dict]) -> dict:
+def trend_record(series: str, points: list[dict]) -> JTrendRecord:
     """The trend verdict over an ordered series of checkpoints (method §3, P1 Fig. 1)."""
     steps = torch.tensor([p["step"] for p in points], dtype=torch.float64)
     j = torch.tensor([p["j_proj"] for p in points], dtype=torch.float64)
@@ -120,35 +118,34 @@ def trend_record(series: str, points: list[dict]) -> dict:
     metrics = {"min_j_proj": float(j.min()), "spearman_j": trend["spearman_j"]}
     v = verdicts.judge(TREND, metrics, undefined=undefined)
     ref = verdicts.load_thresholds()["claim_j_reference"]
-    notes = {"undefined": undefined} if undefined else {}
-    notes.update({"reason": v.reason} if v.reason else {})
-    return {"claim": "J", "level": "series", "model": series, "layer": None, "head": None,
-            "verdict": v.verdict, "verdicts": {r: v.verdict for r in verdicts.RULE_SETS},
-            "metrics": metrics, "series": points, "trend": trend, **notes,
-            "reference": ref, "evidence": verdicts.format_evidence(v, extra={
-                "share of dJ carried by ||h||^2": trend["share_h"],
-                "share of dJ carried by ||phi||^2": trend["share_phi"]})}
+    return JTrendRecord(
+        claim="J", level="series", model=series,
+        verdict=v.verdict, verdicts={r: v.verdict for r in verdicts.RULE_SETS},
+        metrics=metrics, series=points, trend=trend, undefined=undefined or None,
+        reason=v.reason or None, reference=ref, evidence=verdicts.format_evidence(v, extra={
+            "share of dJ carried by ||h||^2": trend["share_h"],
+            "share of dJ carried by ||phi||^2": trend["share_phi"]}))
 
 
-def message(record: dict, what: str) -> str:
-    m = record["metrics"]
-    if record["level"] == "series":
-        t = record["trend"]
-        head = (f"claim J trend {record['verdict']} for {what}: J_proj from "
-                f"{record['series'][0]['j_proj']:.4g} to {record['series'][-1]['j_proj']:.4g} over "
-                f"{len(record['series'])} checkpoints; " + (
+def message(record: JRecord | JTrendRecord, what: str) -> str:
+    m = record.metrics
+    if record.level == "series":
+        t = record.trend
+        head = (f"claim J trend {record.verdict} for {what}: J_proj from "
+                f"{record.series[0]['j_proj']:.4g} to {record.series[-1]['j_proj']:.4g} over "
+                f"{len(record.series)} checkpoints; " + (
                     "J_proj did not change" if t["carried_by"] is None else
                     f"the change is carried by "
                     f"{'||h||^2' if t['carried_by'] == 'h' else '||phi(q)||^2'} "
                     f"(share {t['share_' + t['carried_by']]:.3g})"))
     else:
         num = verdicts.format_number
-        ratio = verdicts.format_ci(m["log10_ratio"], record.get("ci", {}).get("log10_ratio"))
-        head = (f"claim J {record['verdict']} for {what}: mean||phi(q)||^2 = {num(m['phi_sq_mean'])}, "
+        ratio = verdicts.format_ci(m["log10_ratio"], record.ci_of("log10_ratio"))
+        lo, hi = record.reference["p2_logs_log10_ratio_after_epoch_10"]  # [claim_j_reference]
+        head = (f"claim J {record.verdict} for {what}: mean||phi(q)||^2 = {num(m['phi_sq_mean'])}, "
                 f"mean||h||^2 = {num(m['h_sq_mean'])}, J_proj = {num(m['j_proj'])}, "
-                f"log10 ratio = {ratio} (P2-logs: 2.35-3.63 after epoch 10)")
-    return f"{head}\n{record['evidence']}"
-
+                f"log10 ratio = {ratio} (P2-logs: {lo}-{hi} after epoch 10)")
+    return f"{head}\n{record.evidence}"
 
 # ------------------------------------------------------------------ per-layer computation
 # Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with

@@ -9,6 +9,7 @@ from checks.stats import (adjust_pvalues, bootstrap_weights, excess_over_null, m
 
 from . import verdicts
 from .names import V_MEASURED
+from .records import VRecord
 
 CLAIM = "claim_v"
 METRICS = V_MEASURED
@@ -256,7 +257,7 @@ _NOT_METRICS = ("undetermined", "mu_d", "threshold", "few_tokens", "n_tokens")
 
 
 def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torch.Tensor],
-                statistics: dict | None = None, rules: str = "ours") -> dict:
+                statistics: dict | None = None, rules: str = "ours") -> VRecord:
     """The record of one head. ``statistics``: its entry of :func:`head_statistics` (the test
     against chance adjusted across the model's selected heads, and the intervals); without it
     the head is tested alone (no adjustment), with the same bootstrap resamples."""
@@ -278,12 +279,12 @@ def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torc
     p2_code = p2_code_summary(layer_metrics, head, _keep_mask(undet)[0])
     if p2_code is not None:
         result["p2_code"] = p2_code
-    return {"claim": "V", "level": "head", "model": model, "layer": layer, "head": head, **result}
+    return VRecord(claim="V", level="head", model=model, layer=layer, head=head, **result)
 
 
 def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
                  heads: list[int], head_verdicts: dict[str, int], rules: str = "ours",
-                 head_verdicts_by_rules: dict[str, dict[str, int]] | None = None) -> dict:
+                 head_verdicts_by_rules: dict[str, dict[str, int]] | None = None) -> VRecord:
     """P2's aggregation: the rule applied to the model average over (layer, head, sample); the
     CI resamples samples with all their (layer, head) units together."""
     names = [n for n in next(iter(per_layer.values()))
@@ -297,22 +298,20 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
           for n in P2_CODE_METRICS if all(f"p2code_{n}" in m for m in per_layer.values())}
     if len(p2) == len(P2_CODE_METRICS):
         result["p2_code"] = p2_code_summary({f"p2code_{n}": t for n, t in p2.items()}, None, keep)
-    extra_fields = {"head_verdicts_by_rules": head_verdicts_by_rules} if head_verdicts_by_rules else {}
-    return {"claim": "V", "level": "model", "model": model, "layer": None, "head": None,
-            "layers": sorted(per_layer), "heads": heads, "head_verdicts": head_verdicts,
-            **extra_fields, **result}
+    return VRecord(claim="V", level="model", model=model, layers=sorted(per_layer), heads=heads,
+                   head_verdicts=head_verdicts,
+                   head_verdicts_by_rules=head_verdicts_by_rules or None, **result)
 
 
-def message(record: dict, what: str) -> str:
+def message(record: VRecord, what: str) -> str:
     """The failure/skip message of a claim-V test: verdict, each metric, threshold, source, null."""
-    unit = "samples" if record["level"] == "head" else "(layer, head, sample) units"
-    head = (f"claim V {record['verdict']} for {what} "
-            f"(mean over {record['n_used']} of {record['n_samples']} {unit}; "
-            f"{record['n_undetermined']} undetermined)")
-    if record["verdict"] == verdicts.UNDETERMINED:
-        return f"{head}: {record['reason']}"
-    return f"{head}\n{record['evidence']}"
-
+    unit = "samples" if record.level == "head" else "(layer, head, sample) units"
+    head = (f"claim V {record.verdict} for {what} "
+            f"(mean over {record.n_used} of {record.n_samples} {unit}; "
+            f"{record.n_undetermined} undetermined)")
+    if record.verdict == verdicts.UNDETERMINED:
+        return f"{head}: {record.reason}"
+    return f"{head}\n{record.evidence}"
 
 # ------------------------------------------------------------------ per-layer computation
 # Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with

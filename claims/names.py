@@ -20,3 +20,10 @@ V_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap",
              "allclose")
 #: Claim J metrics of a layer or model record (method §3.1-§3.3).
 J_METRICS = ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share", "log10_ratio")
+
+#: Claim E's eigenvalue routes (method §4): log space on raw keys, log space on standardised
+#: keys, and P2's exp(S) in float32.
+E_ROUTES = ("log_raw", "log_standardized", "naive_float32")
+#: Claim E's eigenvalue statistics per route (P2 Table 2); ``checks.spectrum.STATISTICS`` names
+#: the same (a test keeps them equal).
+E_STATISTICS = ("max", "min", "mean", "median")

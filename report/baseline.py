@@ -33,6 +33,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from claims import registry
+from claims.records import Record
+
 from .atomic import atomic_write_text
 
 BASELINE_SCHEMA = "kpca-claims/baseline/2"
@@ -151,11 +154,13 @@ def identity(results: dict) -> dict:
             "positions": {k: sorted(map(list, v), key=str) for k, v in claims.items()}}
 
 
-def _record_entry(rec: dict) -> dict:
-    out = {k: rec.get(k) for k in ("claim", "model", "level", "layer", "head", "verdict")}
-    out["metrics"] = rec.get("metrics") or {}
-    if rec.get("ci"):
-        out["ci"] = rec["ci"]
+def _record_entry(obj: dict) -> dict:
+    """A baseline entry: a record's identity, verdict, metrics and intervals."""
+    rec = Record.from_json(obj)
+    out = {"claim": rec.claim, "model": rec.model, "level": rec.level, "layer": rec.layer,
+           "head": rec.head, "verdict": rec.verdict, "metrics": rec.metrics or {}}
+    if rec.ci:
+        out["ci"] = rec.ci
     return out
 
 
@@ -422,7 +427,7 @@ def parse_require(text: str) -> list[tuple[str, str, str]]:
     """``'V>=inconclusive,J=supported'`` →
     ``[("V", ">=", "inconclusive"), ("J", "=", "supported")]``.
 
-    Each clause is CLAIM OP VERDICT: CLAIM one of V, J, E; OP ``>=`` (at least, in the order
+    Each clause is CLAIM OP VERDICT: CLAIM a registered claim (V, J, E, ...); OP ``>=`` (at least, in the order
     refuted < inconclusive = undetermined < supported) or ``=`` (exactly); VERDICT one of
     supported, inconclusive, undetermined, refuted. Raises :class:`RequireError` otherwise.
     """
@@ -437,8 +442,11 @@ def parse_require(text: str) -> list[tuple[str, str, str]]:
         else:
             raise RequireError(f"--require {text!r}: clause {clause!r} has no >= or =; write "
                                "e.g. 'V>=inconclusive,J=supported'")
-        if claim.upper() not in ("V", "J", "E"):
-            raise RequireError(f"--require {text!r}: {claim!r} is not a claim; use V, J or E")
+        known = [spec.id for spec in registry.all_claims()]
+        if claim.upper() not in known:
+            raise RequireError(f"--require {text!r}: {claim!r} is not a claim; use "
+                               f"{', '.join(known[:-1])} or {known[-1]}" if len(known) > 1 else
+                               f"--require {text!r}: {claim!r} is not a registered claim")
         if verdict.lower() not in VERDICT_RANK:
             raise RequireError(f"--require {text!r}: {verdict!r} is not a verdict; use "
                                f"{', '.join(sorted(VERDICT_RANK))}")

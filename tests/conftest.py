@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 
+
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """A random-init vit_tiny_patch16_224 (seed 0) saved as safetensors: a user checkpoint for

@@ -308,12 +308,7 @@ def test_a_toy_claim_from_one_test_file_runs_through_the_interface(toy_run):
                for line in proc.stdout.splitlines())
 
 
-# INTEGRATOR: the report side of issue 15 (report branch: report/render.py iterates over the
-# registered claims, with a generic section for a claim without a template) makes this pass;
-# strict, so that it fails (XPASS) once that lands and this marker must go.
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="report/render.py does not iterate over registered "
-                                       "claims on the claimcore branch (report branch)")
 def test_a_toy_claims_section_is_in_the_report(toy_run):
     html = (toy_run.out / "report.html").read_text()
     assert "Attention entropy is below 0.9" in html

@@ -137,7 +137,7 @@ def test_a_constant_trend_is_undetermined_not_rho_zero():
     assert record["metrics"]["spearman_j"] is None and record["trend"]["spearman_j"] is None
     assert record["verdict"] == verdicts.UNDETERMINED
     assert "spearman_j" in record["reason"] and "constant" in record["undefined"]["spearman_j"]
-    json.dumps(record, allow_nan=False)
+    json.dumps(record.to_json(), allow_nan=False)
     assert record["trend"]["share_h"] is None and "share_h" in record["undefined"]  # no ΔJ: no share
     assert "did not change" in claim_j.message(record, "s")
     # a negative J_proj settles the verdict on its own: refuted stands
@@ -439,8 +439,13 @@ def test_names_are_defined_once_and_agree_with_the_math():
 
     assert set(METRIC_NAMES) == set(names.V_MEASURED)  # the math's outputs, named by the claims
     assert set(names.V_MEASURED) < set(names.V_METRICS)
-    assert render.SCHEMA == names.RESULTS_SCHEMA and render.V_METRICS is names.V_METRICS
+    from report.sections import claim_v as v_section
+
+    assert render.SCHEMA == names.RESULTS_SCHEMA and v_section.V_METRICS is names.V_METRICS
     assert claim_v.METRICS is names.V_MEASURED
+    from checks.spectrum import STATISTICS
+
+    assert STATISTICS == names.E_STATISTICS and claim_e.ROUTES is names.E_ROUTES
 
 
 def test_gamma_without_contrast_between_the_controls_is_undetermined():
@@ -449,11 +454,11 @@ def test_gamma_without_contrast_between_the_controls_is_undetermined():
     record = claim_e.head_record("m", 0, 0, t)
     assert record["metrics"]["gamma_position"] is None
     assert record["verdict"] == verdicts.UNDETERMINED and "no contrast" in record["reason"]
-    json.dumps(record, allow_nan=False)
+    json.dumps(record.to_json(), allow_nan=False)
 
 
 def test_claim_e_ratios_without_a_finite_route_are_null_with_a_reason():
     record = _e_record({"naive_finite_share": 0.0})  # the naive route has no finite sample
     assert record["metrics"]["max_route_ratio"] is None and "max_route_ratio" in record["undefined"]
     assert record["verdict"] == verdicts.REFUTED  # settled by the naive route's failure alone
-    json.dumps(record, allow_nan=False)
+    json.dumps(record.to_json(), allow_nan=False)

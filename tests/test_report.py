@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
+from claims.records import VERDICTS, Record
 from report import render, svg
+from report.common import LETTERS
+from report.sections.claim_j import reference_bands
 from report.render import load_results, render_report, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +77,7 @@ def all_sources(node) -> list[str]:
 def test_example_file_covers_every_verdict_level_and_claim(example):
     """The hand-made fixture has what the report tests rely on (guards against a thinned file)."""
     recs = example["records"]
-    assert {r["verdict"] for r in recs} == set(render.VERDICTS)
+    assert {r["verdict"] for r in recs} == set(VERDICTS)
     kinds = {(r["claim"], r["level"]) for r in recs}
     assert {("V", "head"), ("V", "model"), ("J", "layer"), ("J", "model"), ("J", "series"),
             ("E", "model"), ("E", "head")} <= kinds
@@ -99,7 +102,7 @@ def test_grid_shows_model_verdicts_counts_and_not_run(page):
 
 
 def test_every_verdict_kind_appears_with_word_and_letter(page):
-    for verdict, letter in render.LETTERS.items():
+    for verdict, letter in LETTERS.items():
         assert f'class="verdict v-{verdict}">{verdict}</span>' in page
         assert f"({letter})" in element(page, "div", "verdict-legend")
     # heatmap letters in row-major order (layer 0 heads 0-2, layer 1 heads 0-2), from the fixture
@@ -157,8 +160,11 @@ def test_claim_e_statistics_table_has_all_routes(page):
 def test_every_threshold_and_source_is_shown(page, example):
     sources = all_sources(example["thresholds"])
     assert len(sources) >= 10
-    for source in sources:
-        assert str(escape(source)) in page
+    for source in sources:  # each "method §N.M" in a source links to its anchor (issue 20)
+        linked = re.sub(r"method §(\d+)(?:\.(\d+))?", lambda m: (
+            f'<a class="method" href="docs/method.md#s{m.group(1)}'
+            f'{"-" + m.group(2) if m.group(2) else ""}">{m.group(0)}</a>'), str(escape(source)))
+        assert linked in page, source
     assert "refuted_mode = any" in page  # a section-level setting is shown too
     assert "optimal_cosine ≥ 0.9" in page and "linear_cka ≤ 0.11" in page
     assert "atol = 1.00e-05, rtol = 0.001" in page and "max_share = 0.5" in page
@@ -169,12 +175,14 @@ def test_every_threshold_and_source_is_shown(page, example):
 
 
 def test_reference_range_precedence():
-    """Record reference, else the run's claim_j_reference thresholds, else P2-logs' (method §3)."""
-    assert [(b.lo, b.hi) for b in render._reference_bands(None, {})] == [(2.35, 3.63)]
+    """Record reference, else the run's claim_j_reference thresholds (P2-logs, method §3), else
+    none: the report has no range of its own (thresholds.toml holds it)."""
+    assert reference_bands(None, {}) == []
     thr = {"claim_j_reference": {"p2_logs_log10_ratio_x": [3.0, 2.0], "source": "s"}}
-    assert [(b.lo, b.hi) for b in render._reference_bands(None, thr)] == [(2.0, 3.0)]
-    rec = {"reference": {"my_log10_ratio": [1, 1.5], "other": [5, 6]}}
-    assert [(b.lo, b.hi) for b in render._reference_bands(rec, thr)] == [(1.0, 1.5)]
+    assert [(b.lo, b.hi) for b in reference_bands(None, thr)] == [(2.0, 3.0)]
+    rec = Record.from_json({"claim": "J", "level": "series", "model": "s", "reference": {
+        "my_log10_ratio": [1, 1.5], "other": [5, 6]}})
+    assert [(b.lo, b.hi) for b in reference_bands(rec, thr)] == [(1.0, 1.5)]
 
 
 def test_empty_and_model_only_results_render(example):
@@ -399,7 +407,7 @@ def synthetic_results(n_models: int = 10, n_layers: int = 24, n_heads: int = 16,
     """A results dict of realistic shape: every claim for every model at full size."""
     rng = random.Random(seed)
     example = json.loads(EXAMPLE.read_text(encoding="utf-8"))
-    verdicts = list(render.VERDICTS)
+    verdicts = list(VERDICTS)
     records, models = [], {}
     for m in range(n_models):
         key = f"vit_synthetic_{m:02d}_patch16_224"

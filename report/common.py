@@ -1,0 +1,164 @@
+"""What the report's sections share: number formatting, verdict letters and counts, the threshold
+texts of a metric, and the layer × head layout of head records.
+
+Every section module (``report/sections/``) and the core renderer (``report/render.py``) format
+through here, so a number, a verdict or a rule reads the same everywhere in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from claims.records import VERDICTS, Record
+
+from . import svg
+
+LETTERS = {"supported": "S", "refuted": "R", "inconclusive": "I", "undetermined": "U"}
+VERDICT_HELP = {
+    "supported": "every supported-rule of the claim holds",
+    "refuted": "every refuted-rule of the claim holds",
+    "inconclusive": "neither set of rules holds in full",
+    "undetermined": "the comparison is not determined by the inputs (e.g. V̂ is round-off)",
+}
+
+
+# ------------------------------------------------------------------------------------ numbers
+def fmt(x, digits: int = 3) -> str:
+    """A number for a table cell: ``digits`` significant digits, scientific outside [1e-3, 1e5);
+    ``—`` for a missing value, ``yes``/``no`` for booleans; never a bare ``nan``."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "NaN (non-finite)"
+        if math.isinf(x):
+            return "+∞" if x > 0 else "−∞"
+        if x == 0:
+            return "0"
+        if 1e-3 <= abs(x) < 1e5:
+            return f"{x:.{digits}g}"
+        return f"{x:.{max(digits - 1, 0)}e}"
+    return str(x)
+
+
+def flat(value) -> str:
+    """A value in full: strings as they are, numbers unrounded, containers as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return fmt(value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def direction(d) -> str:
+    """A threshold direction as a mathematical sign (``>=`` → ``≥``)."""
+    return {">=": "≥", "<=": "≤", ">": ">", "<": "<"}.get(str(d), str(d))
+
+
+def slug(text: str) -> str:
+    """An HTML id fragment: letters, digits, ``-`` and ``_`` only."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", str(text)).strip("-") or "x"
+
+
+def range_text(values: list) -> str:
+    vals = [v for v in values if svg.finite(v)]
+    if not vals:
+        return "—"
+    lo, hi = min(vals), max(vals)
+    return fmt(lo) if lo == hi else f"{fmt(lo)}–{fmt(hi)}"
+
+
+def mean(values: list) -> float | None:
+    vals = [float(v) for v in values if svg.finite(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def median(values: list) -> float | None:
+    vals = sorted(float(v) for v in values if svg.finite(v))
+    if not vals:
+        return None
+    m = len(vals) // 2
+    return vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2
+
+
+def log10(x) -> float | None:
+    return math.log10(x) if svg.finite(x) and x > 0 else None
+
+
+# ------------------------------------------------------------------------------------ records
+def count(records: list[Record]) -> dict[str, int]:
+    """How many records carry each verdict (every verdict listed, in order)."""
+    out = {v: 0 for v in VERDICTS}
+    for r in records:
+        out[r.verdict] += 1
+    return out
+
+
+def with_ci(value, rec: Record | None, name: str, key: str = "ci") -> str:
+    """``value [lo, hi]``: a metric with its 95% bootstrap CI from ``rec``'s ``key`` table
+    (method §7), or the value alone for records without one."""
+    ci = rec.lookup(key, name) if rec is not None else None
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        return f"{fmt(value)} [{fmt(ci[0])}, {fmt(ci[1])}]"
+    return fmt(value)
+
+
+def head_matrix(records: list[Record], layers: list[int], heads: list[int], value_fn):
+    """``value_fn(record)`` placed at (layer, head); None where there is no record."""
+    at = {(r.layer, r.head): r for r in records}
+    return [[value_fn(at[(lay, h)]) if (lay, h) in at else None for h in heads] for lay in layers]
+
+
+def tooltip(rec: Record | None, text: str) -> str:
+    """A heatmap cell's hover text (the model is the heatmap's own, so it is not repeated)."""
+    if rec is None:
+        return ""
+    return f"layer {rec.layer} head {rec.head}: {text}; {rec.verdict}"
+
+
+# ------------------------------------------------------------------------------------ rules
+def _rule(thresholds: dict, section: str, kind: str, metric: str):
+    node = thresholds.get(section)
+    node = node.get(kind) if isinstance(node, dict) else None
+    return node.get(metric) if isinstance(node, dict) else None
+
+
+def rules_text(thresholds: dict, section: str, metric: str) -> str:
+    """The supported/refuted bars on ``metric`` in a thresholds section, as text."""
+    parts = []
+    for kind in ("supported", "refuted"):
+        rule = _rule(thresholds, section, kind, metric)
+        if isinstance(rule, dict):
+            parts.append(f"{kind} if {direction(rule.get('direction', '?'))} "
+                         f"{fmt(rule.get('value'))}")
+    return "; ".join(parts) or "—"
+
+
+def rule_marks(thresholds: dict, section: str, metric: str) -> list[svg.Tick]:
+    """Colour-bar marks for every threshold on ``metric`` in a thresholds section."""
+    out = []
+    for kind in ("supported", "refuted"):
+        rule = _rule(thresholds, section, kind, metric)
+        if isinstance(rule, dict) and svg.finite(rule.get("value")):
+            label = f"{kind} {direction(rule.get('direction'))} {fmt(rule['value'])}"
+            out.append(svg.Tick(float(rule["value"]), label, True))
+    return out
+
+
+def threshold_lines(thresholds: dict, section: str, metric: str) -> list[svg.HLine]:
+    """Dashed lines for every threshold on a log10 metric, labelled as powers of ten."""
+    out = []
+    colours = {"supported": "#1b7837", "refuted": "#b2182b"}
+    for kind in ("supported", "refuted"):
+        rule = _rule(thresholds, section, kind, metric)
+        if isinstance(rule, dict) and svg.finite(rule.get("value")):
+            out.append(svg.HLine(float(rule["value"]),
+                                 f"{kind} {direction(rule.get('direction'))} "
+                                 f"10^{fmt(rule['value'])}", colours[kind]))
+    return out
