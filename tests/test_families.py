@@ -283,3 +283,19 @@ def test_claims_run_on_gpt2_and_skip_claim_j_with_the_family_reason(pytester, gp
     assert claims == {"V", "E"}, claims
     model = next(iter(results["models"].values()))
     assert model["family"] == "hf-gpt2"
+
+
+@pytest.mark.slow
+def test_a_gpt2_series_skips_the_claim_j_trend(pytester, gpt2_folder, tmp_path):
+    series = tmp_path / "run"
+    series.mkdir()
+    for step in (1, 2):
+        (series / f"step_{step}.safetensors").write_bytes((gpt2_folder / "model.safetensors").read_bytes())
+    out = tmp_path / "out"
+    result = pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        "--series", str(series), "--arch", str(gpt2_folder), "--n-samples", "2", "--threads", "1",
+        "-rs", "--out", str(out), "--cache-dir", str(out / "cache"), "--report", "none", timeout=600)
+    reason = families.get("hf-gpt2").unsupported_claims["J"]
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] *claims/test_projection_loss.py: series-run: {reason}"])
