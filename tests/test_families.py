@@ -167,6 +167,29 @@ def test_hf_model_types_pick_the_family():
         families.for_model_type("t5", "t5")
 
 
+def test_prefix_tokens_per_family():
+    """Class and distillation tokens are tokens like the others (method §1.1); text has none."""
+    import timm
+
+    with torch.device("meta"):
+        vit = timm.create_model("vit_tiny_patch16_224", depth=1)
+        deit = timm.create_model("deit_tiny_distilled_patch16_224", depth=1)
+    timm_family = families.get("timm-vit")
+    assert (timm_family.prefix_tokens(vit), timm_family.prefix_tokens(deit)) == (1, 2)
+    assert families.get("hf-gpt2").prefix_tokens(vit) == families.get("hf-bert").prefix_tokens(vit) == 0
+
+
+def test_gpt2_with_a_per_layer_scale_is_refused():
+    """scale_attn_by_inverse_layer_idx gives every layer its own s: one model, one scale."""
+    from transformers import GPT2Config, GPT2Model
+
+    model = GPT2Model(GPT2Config(vocab_size=50, scale_attn_by_inverse_layer_idx=True, **GPT2))
+    with pytest.raises(NotImplementedError, match="layers differ in .* scale"):
+        families.get("hf-gpt2").shape(model)
+    with pytest.raises(NotImplementedError, match="no h .*only GPT-2-style decoders"):
+        families.get("hf-gpt2").attention_modules(torch.nn.Linear(2, 2))
+
+
 # --------------------------------------------------------------------------- GPT-2: loading
 def test_a_local_gpt2_folder_loads_like_any_local_checkpoint(gpt2_folder, gpt2):
     spec = gpt2.spec
