@@ -10,7 +10,7 @@ the same subset of heads. Every stage time is exclusive (:class:`Timers`).
 
 What is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.session.ModelRun`
 (fresh temporary cache) loads the model, captures Q/K/V through
-:func:`fixtures.capture.capture_to_layer_files` (streamed per layer), then computes every layer's claim-V metrics through
+:func:`fixtures.capture_batches.capture_to_layer_files` (streamed per layer), then computes every layer's claim-V metrics through
 :func:`checks.value_vectors.value_vector_metrics_batched` in the chunks ``ModelRun._chunks`` picks
 for ``--max-memory``; finally the per-head and per-model records are built
 (:mod:`claims.claim_v`) and rendered (:func:`report.render.render_report`). Stage times come from
@@ -336,7 +336,7 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     import checks.similarity
     import checks.topk
     import checks.value_vectors
-    from fixtures import capture as capture_mod
+    from fixtures import capture_batches as capture_mod
     from fixtures import models as models_mod
     from fixtures.cache import Cache
     from fixtures.session import ModelRun, RunOptions
@@ -806,13 +806,13 @@ CROSSOVER_HEADS = ((0, 0), (3, 6), (5, 11))  # (layer, head) of all-MiniLM-L6-v2
 def _pooled_minilm_keys() -> tuple[dict, float]:
     """Real all-MiniLM-L6-v2 keys of the default texts, pooled per (layer, head) over all real
     tokens of all texts and shuffled (seed 0): {(layer, head): [T, d]}, and the softmax scale."""
-    from fixtures import capture, inputs, models
+    from fixtures import capture_batches, inputs, models
     from fixtures.registry import REGISTRY
 
     loaded = models.load_model(REGISTRY["all-MiniLM-L6-v2"])
     texts = inputs.default_texts(None, seed=0)
     encoded, _ = inputs.tokenize_texts(loaded.tokenizer, texts.items, max_length=128)
-    cap = capture.capture_in_batches(loaded, [encoded], batch_size=32, dtype=torch.float64)
+    cap = capture_batches.capture_in_batches(loaded, [encoded], batch_size=32, dtype=torch.float64)
     mask = cap["token_mask"]
     out = {}
     gen = torch.Generator().manual_seed(0)

@@ -38,7 +38,7 @@ from checks.gram import KeyGram
 from checks.projection import log_phi_sq_norm, projection_terms_batched
 from checks.value_vectors import value_vector_metrics_batched
 from claims.verdicts import UNDETERMINED
-from fixtures import capture, inputs, models, registry
+from fixtures import capture, capture_batches, checkpoints, hub, inputs, models, registry
 from fixtures.session import set_progress_writer
 from claims.verdicts import allclose_tolerance
 
@@ -196,10 +196,10 @@ def test_unreadable_checkpoint_says_permission_denied(tmp_path, monkeypatch):
     locked.chmod(0)
     if os.access(locked, os.R_OK):  # root
         real_access = os.access
-        monkeypatch.setattr(models.os, "access",
+        monkeypatch.setattr(checkpoints.os, "access",
                             lambda p, mode: False if Path(p) == locked else real_access(p, mode))
-    with pytest.raises(models.CheckpointError) as err:
-        models.read_checkpoint(locked)
+    with pytest.raises(checkpoints.CheckpointError) as err:
+        checkpoints.read_checkpoint(locked)
     assert str(err.value) == (
         f"checkpoint {locked} is not readable by this user (permission denied); fix the "
         "permissions of the file and its folders, or copy it somewhere readable")
@@ -213,7 +213,7 @@ def test_arch_typo_is_one_line_with_suggestions(monkeypatch):
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\n"
                       "Check your internet connection or see how to run the library in offline mode.")
 
-    monkeypatch.setattr(models, "hf_config", offline)
+    monkeypatch.setattr(hub, "hf_config", offline)
     with pytest.raises(ValueError) as err:
         models.arch_shape("vit_tiny_patch16_22")
     message = str(err.value)
@@ -675,7 +675,7 @@ def test_non_finite_activation_names_model_layer_head_and_sample_across_batches(
     x = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     x[3, 0, 7, 7] = float("nan")
     with pytest.raises(capture.NonFiniteCaptureError) as err:
-        capture.capture_in_batches(loaded, x, batch_size=2)
+        capture_batches.capture_in_batches(loaded, x, batch_size=2)
     assert isinstance(err.value, NonFiniteError) and err.value.index == (3, 0)
     assert "q of model 'tiny-nan', layer 0 at head 0, sample 3 (3 of 6" in str(err.value)
 
@@ -683,7 +683,7 @@ def test_non_finite_activation_names_model_layer_head_and_sample_across_batches(
         loaded.model.blocks[1].attn.qkv.weight[64 + 192 + 5, 0] = float("inf")  # k of head 1
     x[3, 0, 7, 7] = 0.0
     with pytest.raises(capture.NonFiniteCaptureError) as err:
-        capture.capture_in_batches(loaded, x, batch_size=2)
+        capture_batches.capture_in_batches(loaded, x, batch_size=2)
     assert (err.value.tensor, err.value.layer, err.value.head, err.value.sample) == ("k", 1, 1, 0)
 
 

@@ -13,8 +13,9 @@ from timm.layers import Attention
 
 from checks.errors import NonFiniteError
 from checks.gram import standardize_tokens
-from fixtures.capture import (capture_in_batches, capture_qkv, capture_to_layer_files,
-                              check_right_padding, model_output, recompute_attention)
+from fixtures.capture import capture_qkv, model_output, recompute_attention
+from fixtures.capture_batches import capture_in_batches, capture_to_layer_files
+from fixtures.families import check_right_padding
 from fixtures.models import attention_modules, load_model, wrap_model
 from fixtures.registry import REGISTRY, ModelSpec
 

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 import fixtures  # noqa: F401  (torchvision shim before timm)
 import timm
-from fixtures import models, registry
+from fixtures import checkpoints, hub, models, registry
 from fixtures.plugin import _apply_revisions
 from fixtures.training import METADATA_KEY
 
@@ -58,7 +58,7 @@ def test_timm_hub_revision_goes_through_the_hub_id(monkeypatch, tmp_path):
 
     monkeypatch.setattr(timm, "create_model", fake_create)
     # a branch name resolves through the hub cache's refs/<branch>, as huggingface_hub writes it
-    repo = models.timm_hub_id("vit_tiny_patch16_224")
+    repo = hub.timm_hub_id("vit_tiny_patch16_224")
     refs = tmp_path / f"models--{repo.replace('/', '--')}" / "refs"
     refs.mkdir(parents=True)
     (refs / "v2").write_text(COMMIT)
@@ -97,12 +97,12 @@ def _trained_like(tmp_path: Path, variant: str) -> Path:
 def test_p1_standardized_checkpoint_is_refused_as_a_plain_vit(tmp_path):
     path = _trained_like(tmp_path, "p1-standardized")
     spec = models.spec_for_checkpoint(path, "vit_tiny_patch16_224")
-    with pytest.raises(models.CheckpointError) as err:
+    with pytest.raises(checkpoints.CheckpointError) as err:
         models.validate_checkpoint(spec)
     text = str(err.value)
     assert "standardised attention" in text and "--arch vit_tiny_patch16_224" in text
     assert "\n" not in text and text.count(". ") == 0  # one sentence
-    with pytest.raises(models.CheckpointError):
+    with pytest.raises(checkpoints.CheckpointError):
         models.load_model(spec)
 
 
@@ -110,7 +110,7 @@ def test_softmax_trained_checkpoint_still_loads(tmp_path):
     path = _trained_like(tmp_path, "softmax")
     spec = models.spec_for_checkpoint(path, "vit_tiny_patch16_224")
     models.validate_checkpoint(spec)
-    assert models.training_variant(path) == "softmax"
+    assert checkpoints.training_variant(path) == "softmax"
 
 
 def test_revision_option_names_its_model_when_ambiguous():

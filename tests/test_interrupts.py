@@ -415,7 +415,7 @@ def test_disk_full_midway_is_a_fault_not_a_verdict(workdir, tmp_path, small_disk
     assert "Traceback" not in done.stdout + done.stderr
     (paragraph,) = [line for line in done.stdout.splitlines() if line.startswith("FAULT")]
     assert paragraph.startswith("FAULT (exit 7, not a verdict): environment fault ")
-    assert "No space left on device" in paragraph and "fixtures/capture.py" in paragraph
+    assert "No space left on device" in paragraph and "fixtures/capture_batches.py" in paragraph
     assert f"free space on the disk of the cache folder {disk / 'cache'}" in paragraph
     partial = results(out)
     assert partial["complete"] is False and partial["exit_status"] == 7

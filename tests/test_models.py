@@ -12,8 +12,10 @@ import fixtures  # noqa: F401  (torchvision compat before timm)
 from safetensors.torch import load_file, save_file
 
 from fixtures import models
-from fixtures.models import (CheckpointError, ModelShapeError, load_model, load_timm_pretrained_file,
-                             state_dict_hash)
+from fixtures import checkpoints, hub
+from fixtures.checkpoints import CheckpointError, state_dict_hash
+from fixtures.families.timm_vit import load_timm_pretrained_file
+from fixtures.models import ModelShapeError, load_model
 from fixtures.models import spec_for_checkpoint
 from fixtures.registry import GROUPS, REGISTRY, ModelSpec, register, resolve_models
 
@@ -127,7 +129,7 @@ def test_minilm_package_counts_scale_and_hash(tmp_path):
     assert type(loaded.model).__name__ == "BertModel"
     # The hash of the weights read straight from the package's file (minus the non-persistent
     # position_ids buffer the file carries) equals the hash of the loaded model.
-    folder = Path(models.resolve_arch_path(REGISTRY["all-MiniLM-L6-v2"].arch))
+    folder = Path(hub.resolve_arch_path(REGISTRY["all-MiniLM-L6-v2"].arch))
     raw = load_file(str(folder / "model.safetensors"))
     raw.pop("embeddings.position_ids", None)
     assert state_dict_hash(raw) == loaded.checkpoint_hash
@@ -263,19 +265,19 @@ def test_missing_corrupt_and_unknown_checkpoints(tiny_vit, tmp_path):
     junk = tmp_path / "junk.pth"
     junk.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="junk.pth"):
-        models.read_checkpoint(junk)
+        checkpoints.read_checkpoint(junk)
     nested = tmp_path / "nested.pth"
     torch.save({"epoch": 1, "optimizer": {"lr": 0.1}}, nested)
     with pytest.raises(CheckpointError, match="no state dict of tensors"):
-        models.read_checkpoint(nested)
+        checkpoints.read_checkpoint(nested)
     odd = tmp_path / "w.ckpt"
     odd.write_bytes(b"x")
     with pytest.raises(CheckpointError, match="unknown checkpoint format"):
-        models.read_checkpoint(odd)
+        checkpoints.read_checkpoint(odd)
 
 
 def test_arch_errors(tmp_path):
     with pytest.raises(ValueError, match="neither a timm model name nor"):
         spec_for_checkpoint("w.pth", str(tmp_path / "no_such_arch_folder"))
-    with pytest.raises(NotImplementedError, match="model_type 'gpt2'"):
-        spec_for_checkpoint("w.pth", "gpt2")
+    with pytest.raises(NotImplementedError, match="model_type 't5'"):
+        spec_for_checkpoint("w.pth", "t5")
