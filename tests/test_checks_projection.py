@@ -23,9 +23,8 @@ from checks.projection import (
     phi_sq_norm,
     projection_terms,
     projection_terms_batched,
-    spearman_rho,
-    term_attribution,
 )
+from checks.projection_summary import spearman_rho, term_attribution
 
 F64 = torch.float64
 
