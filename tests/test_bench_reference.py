@@ -12,10 +12,10 @@ from bench.reference import METRIC_NAMES, StageClock, reference_claim_v, referen
 from checks.gram import KeyGram
 from checks.value_vectors import random_orthonormal, value_vector_metrics_batched
 from claims.verdicts import allclose_tolerance
+from tests._helpers import F64, close
 
 TOL = allclose_tolerance()  # [claim_v.allclose] of claims/thresholds.toml
 
-F64 = torch.float64
 NAMES = tuple(METRIC_NAMES) + tuple(f"{n}_null" for n in METRIC_NAMES)
 
 
@@ -24,10 +24,6 @@ def heads(b: int, n: int, d: int, seed: int, key_scale: float = 1.0):
     k = key_scale * torch.randn(b, n, d, generator=g, dtype=F64)
     v = torch.randn(b, n, d, generator=g, dtype=F64)
     return k, v, random_orthonormal(n, min(n, d), seed + 1, (b,))
-
-
-def close(a: float, b: float, rtol: float, floor: float = 1e-3) -> bool:
-    return abs(a - b) <= rtol * max(abs(a), abs(b), floor)
 
 
 @pytest.mark.parametrize("n, d, key_scale, standardize, convention", [

@@ -30,13 +30,7 @@ from checks.spectrum import (
     naive_gram_spectrum,
     route_comparison,
 )
-
-F64 = torch.float64
-EPS32 = torch.finfo(torch.float32).eps
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+from tests._helpers import EPS32, F64, randn
 
 
 def brute_spread(gamma, valid, relative):
