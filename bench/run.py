@@ -475,7 +475,7 @@ E_STAGES = {**{("checks.gram", name): "gram" for name in GRAM_FUNCTIONS},
             ("checks.gram", "sorted_eigh"): "eigen", ("checks.gram", "sorted_eigvalsh"): "eigen",
             ("checks.topk", "top_eigh"): "eigen",
             ("checks.spectrum", "naive_gram_spectrum"): "naive",
-            ("checks.spectrum", "gamma_spread_batched"): "gamma"}
+            ("checks.gamma", "gamma_spread_batched"): "gamma"}
 
 
 def _bench_claim(claim: str, run, info: dict, layers: list[int], subset: set, sampler,
@@ -525,7 +525,7 @@ def _bench_claim(claim: str, run, info: dict, layers: list[int], subset: set, sa
     targets = [(importlib.import_module(mod), name, make(stage, name))
                for (mod, name), stage in stages.items()]
     if claim == "E":
-        targets.append((importlib.import_module("checks.spectrum"), "perturbed_axes",
+        targets.append((importlib.import_module("checks.gamma"), "perturbed_axes",
                         make("", "perturbed_axes")))
     compute = run.claim_j_layer if claim == "J" else run.claim_e_layer
     per_layer = {}

@@ -235,6 +235,7 @@ def gamma_seeds(model: str, layer: int, samples: list[int], heads: slice) -> lis
 def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
     finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
+    from checks import gamma as gamma_constancy
     from checks import spectrum
     from checks.errors import NonFiniteError
     from checks.gram import KeyGram
@@ -257,10 +258,10 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
                                 eigenvectors=s == ctx.options.standardize)
                         for s in (False, True))
             naive = spectrum.naive_gram_spectrum(k, scale=info["scale"])
-            gamma = spectrum.gamma_spread_batched(k, v, scale=info["scale"],
-                                                  standardize=ctx.options.standardize,
-                                                  seed=gamma_seeds(ctx.model, ctx.layer, chunk, heads),
-                                                  gram=std if ctx.options.standardize else raw)
+            gamma = gamma_constancy.gamma_spread_batched(
+                k, v, scale=info["scale"], standardize=ctx.options.standardize,
+                seed=gamma_seeds(ctx.model, ctx.layer, chunk, heads),
+                gram=std if ctx.options.standardize else raw)
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         values = {"mu_log_raw": top_d(raw.eigenvalues),

@@ -7,7 +7,7 @@ import math
 import torch
 
 from checks.errors import UndefinedValueError, defined
-from checks.projection import pooled_terms, spearman_rho, term_attribution
+from checks.projection_summary import pooled_terms, spearman_rho, term_attribution
 from checks.stats import bootstrap_indices, percentile_interval, seed_from
 
 from . import verdicts

@@ -32,6 +32,7 @@ import timm  # imported here so that in-process runs never import (and register)
 import transformers  # noqa: F401
 from transformers import BertModel  # noqa: F401
 
+from checks import gamma as gamma_constancy
 from checks import spectrum
 from checks.errors import NonFiniteError
 from checks.gram import KeyGram
@@ -787,13 +788,13 @@ def test_degenerate_keys_are_undetermined_not_nan(case):
     metrics = value_vector_metrics_batched(k, v, **TOL)
     assert bool(metrics["undetermined"].all()) and _finite(metrics)
     if case != "identical keys":  # see the next test
-        gamma = spectrum.gamma_spread_batched(k, v)
+        gamma = gamma_constancy.gamma_spread_batched(k, v)
         assert bool(gamma["undetermined"].all())
         assert _finite({name: gamma[name] for name in ("learned", "eigen", "perturbed")})
 
 
 def test_gamma_spread_of_identical_keys_is_undetermined_not_an_error():
     k, v = _degenerate_keys("identical keys")
-    gamma = spectrum.gamma_spread_batched(k, v)
+    gamma = gamma_constancy.gamma_spread_batched(k, v)
     assert bool(gamma["undetermined"].all())
     assert _finite({name: gamma[name] for name in ("learned", "eigen", "perturbed")})

@@ -12,10 +12,10 @@ from bench.reference import METRIC_NAMES, StageClock, reference_claim_v, referen
 from checks.gram import KeyGram
 from checks.value_vectors import random_orthonormal, value_vector_metrics_batched
 from claims.verdicts import allclose_tolerance
+from tests._helpers import F64, close
 
 TOL = allclose_tolerance()  # [claim_v.allclose] of claims/thresholds.toml
 
-F64 = torch.float64
 NAMES = tuple(METRIC_NAMES) + tuple(f"{n}_null" for n in METRIC_NAMES)
 
 
@@ -24,10 +24,6 @@ def heads(b: int, n: int, d: int, seed: int, key_scale: float = 1.0):
     k = key_scale * torch.randn(b, n, d, generator=g, dtype=F64)
     v = torch.randn(b, n, d, generator=g, dtype=F64)
     return k, v, random_orthonormal(n, min(n, d), seed + 1, (b,))
-
-
-def close(a: float, b: float, rtol: float, floor: float = 1e-3) -> bool:
-    return abs(a - b) <= rtol * max(abs(a), abs(b), floor)
 
 
 @pytest.mark.parametrize("n, d, key_scale, standardize, convention", [
@@ -103,23 +99,24 @@ def test_reference_j_equals_the_batched_terms():
 @pytest.mark.parametrize("key_scale", [1.0, 40.0])  # 40: the naive float32 route overflows
 def test_reference_e_equals_the_batched_spectra_and_spreads(key_scale):
     from bench.reference import reference_e_head
+    from checks import gamma as gamma_constancy
     from checks import spectrum
 
     g = torch.Generator().manual_seed(6)
     k = key_scale * torch.randn(3, 24, 6, generator=g, dtype=F64)
     v = torch.randn(3, 24, 6, generator=g, dtype=F64)
     captured = {}
-    orig = spectrum.perturbed_axes
+    orig = gamma_constancy.perturbed_axes
 
     def keep(*a, **kw):
         captured["axes"] = orig(*a, **kw)
         return captured["axes"]
 
-    spectrum.perturbed_axes = keep
+    gamma_constancy.perturbed_axes = keep
     try:
-        gamma = spectrum.gamma_spread_batched(k, v, seed=1)
+        gamma = gamma_constancy.gamma_spread_batched(k, v, seed=1)
     finally:
-        spectrum.perturbed_axes = orig
+        gamma_constancy.perturbed_axes = orig
     raw = spectrum.gram_spectrum_batched(k)[..., :6]
     std = spectrum.gram_spectrum_batched(k, standardize=True)[..., :6]
     naive = spectrum.naive_gram_spectrum(k)

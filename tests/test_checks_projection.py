@@ -23,16 +23,9 @@ from checks.projection import (
     phi_sq_norm,
     projection_terms,
     projection_terms_batched,
-    spearman_rho,
-    term_attribution,
 )
-
-F64 = torch.float64
-
-
-def _randn(*shape, seed: int, std: float = 1.0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return std * torch.randn(*shape, generator=g, dtype=F64)
+from checks.projection_summary import spearman_rho, term_attribution
+from tests._helpers import F64, randn
 
 
 def _direct_phi_sq(q, k, s):
@@ -57,8 +50,8 @@ def test_kpca_head_obeys_bessel_for_any_query(queries):
     only amplify round-off.
     """
     n, d = 8, 7
-    k = _randn(n, d, seed=0)
-    q = {"keys": k, "gaussian": _randn(20, d, seed=1), "far": _randn(20, d, seed=2, std=3.0),
+    k = randn(n, d, seed=0)
+    q = {"keys": k, "gaussian": randn(20, d, seed=1), "far": randn(20, d, seed=2, scale=3.0),
          "shrunk_keys": 0.5 * k + 0.1}[queries]
     kg = KeyGram(k)
     assert not bool(kg.undetermined) and float(kg.eigenvalues[n - 2]) > 1e-4
@@ -81,7 +74,7 @@ def test_kpca_head_obeys_bessel_for_any_query(queries):
 
 def test_bessel_can_fail_for_unnormalised_values():
     """Control: the same head with V̂ scaled ×10 breaks the bound, so the check has teeth."""
-    k = _randn(8, 7, seed=0)
+    k = randn(8, 7, seed=0)
     v = 10.0 * KeyGram(k).kpca_values("kpca")
     out = projection_terms_batched(k, k, v)
     assert float(out["bessel_share"]) < 1.0 and float(out["j_proj"]) < 0.0
@@ -90,7 +83,7 @@ def test_bessel_can_fail_for_unnormalised_values():
 # --- ‖φ(q)‖² in log space -----------------------------------------------------------------------
 
 def test_log_space_phi_equals_direct_formula():
-    q, k = _randn(2, 3, 10, 6, seed=3), _randn(2, 3, 10, 6, seed=4)
+    q, k = randn(2, 3, 10, 6, seed=3), randn(2, 3, 10, 6, seed=4)
     s = 1 / math.sqrt(6)
     torch.testing.assert_close(phi_sq_norm(q, k), _direct_phi_sq(q, k, s), rtol=1e-12, atol=0.0)
     torch.testing.assert_close(phi_sq_norm(q, k, scale=0.3), _direct_phi_sq(q, k, 0.3),
@@ -114,7 +107,7 @@ def test_phi_finite_for_inputs_scaled_by_50_known_answer():
 
 def test_phi_finite_for_random_inputs_scaled_by_50_against_mpmath():
     mpmath = pytest.importorskip("mpmath")
-    q, k = 50.0 * _randn(5, 4, seed=5), 50.0 * _randn(6, 4, seed=6)
+    q, k = 50.0 * randn(5, 4, seed=5), 50.0 * randn(6, 4, seed=6)
     q = torch.cat([q, k[:2]])  # queries equal to keys too: ‖φ‖² ≤ exp(−s‖k‖²) underflows to 0
     s = 0.5
     assert not torch.isfinite(_direct_phi_sq(q, k, s)).all()
@@ -142,7 +135,7 @@ def test_phi_beyond_float64_raises_nonfinite():
 
 @pytest.mark.parametrize("scale", [None, 0.7])
 def test_head_output_equals_torch_sdpa(scale):
-    q, k, v = _randn(2, 3, 9, 5, seed=7), _randn(2, 3, 11, 5, seed=8), _randn(2, 3, 11, 4, seed=9)
+    q, k, v = randn(2, 3, 9, 5, seed=7), randn(2, 3, 11, 5, seed=8), randn(2, 3, 11, 4, seed=9)
     ref = F.scaled_dot_product_attention(q, k, v, scale=scale)
     torch.testing.assert_close(head_output(q, k, v, scale), ref, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(h_sq_norm(q, k, v, scale), (ref * ref).sum(-1), rtol=1e-12, atol=1e-14)
@@ -161,7 +154,7 @@ def _p1_code_route(q, k, s):
 
 @pytest.mark.parametrize("standardize", [False, True])
 def test_p1_code_variant_matches_closed_form(standardize):
-    q, k, v = _randn(2, 3, 7, 8, seed=10), _randn(2, 3, 7, 8, seed=11), _randn(2, 3, 7, 8, seed=12)
+    q, k, v = randn(2, 3, 7, 8, seed=10), randn(2, 3, 7, 8, seed=11), randn(2, 3, 7, 8, seed=12)
     s = 1 / math.sqrt(8)
     out = projection_terms_batched(q, k, v, standardize=standardize, variant="p1-code")
     exact = projection_terms_batched(q, k, v, standardize=standardize)
@@ -182,7 +175,7 @@ def test_p1_code_variant_matches_closed_form(standardize):
 
 
 def test_p1_logged_value():
-    q, k, v = _randn(2, 6, 8, seed=13), _randn(2, 6, 8, seed=14), 0.1 * _randn(2, 6, 8, seed=15)
+    q, k, v = randn(2, 6, 8, seed=13), randn(2, 6, 8, seed=14), 0.1 * randn(2, 6, 8, seed=15)
     q, k = standardize_tokens(q), standardize_tokens(k)
     out = projection_terms_batched(q, k, v, variant="p1-code")
     err = (out["phi_sq"] - out["h_sq"]).numpy()
@@ -213,7 +206,7 @@ def test_bessel_share_and_magnitude_known_answers():
 
 
 def test_projection_terms_single_head_and_shapes():
-    q, k, v = _randn(6, 4, seed=16), _randn(6, 4, seed=17), _randn(6, 4, seed=18)
+    q, k, v = randn(6, 4, seed=16), randn(6, 4, seed=17), randn(6, 4, seed=18)
     out = projection_terms(q.float(), k.float(), v.float())
     assert set(out) == {"phi_sq", "h_sq", "j_proj"}
     assert out["phi_sq"].dtype == F64 and out["phi_sq"].shape == (6,) and out["h_sq"].shape == (6,)
@@ -224,7 +217,7 @@ def test_projection_terms_single_head_and_shapes():
 
 
 def test_batched_equals_per_item():
-    q, k, v = _randn(2, 3, 7, 5, seed=19), _randn(2, 3, 7, 5, seed=20), _randn(2, 3, 7, 5, seed=21)
+    q, k, v = randn(2, 3, 7, 5, seed=19), randn(2, 3, 7, 5, seed=20), randn(2, 3, 7, 5, seed=21)
     for variant in ("exact", "p1-code"):
         out = projection_terms_batched(q, k, v, standardize=True, variant=variant)
         assert out["j_proj"].shape == (2, 3) and out["phi_sq"].shape == (2, 3, 7)
@@ -238,7 +231,7 @@ def test_batched_equals_per_item():
 
 def test_scale_invariance():
     """Scaling q and k by c is the same as scaling s by c²."""
-    q, k, v = _randn(3, 6, 4, seed=22), _randn(3, 6, 4, seed=23), _randn(3, 6, 4, seed=24)
+    q, k, v = randn(3, 6, 4, seed=22), randn(3, 6, 4, seed=23), randn(3, 6, 4, seed=24)
     a = projection_terms_batched(2.0 * q, 2.0 * k, v, scale=0.3)
     b = projection_terms_batched(q, k, v, scale=1.2)
     for key in ("phi_sq", "h_sq", "j_proj", "log10_ratio"):
@@ -246,7 +239,7 @@ def test_scale_invariance():
 
 
 def test_bad_inputs_raise():
-    q, k, v = _randn(2, 5, 4, seed=25), _randn(2, 5, 4, seed=26), _randn(2, 5, 3, seed=27)
+    q, k, v = randn(2, 5, 4, seed=25), randn(2, 5, 4, seed=26), randn(2, 5, 3, seed=27)
     with pytest.raises(ValueError, match="variant"):
         projection_terms_batched(q, k, v, variant="p1")
     with pytest.raises(ValueError, match="head dimension"):

@@ -1,4 +1,5 @@
-"""Known-answer tests for checks/spectrum.py: claim-E eigenvalue statistics and γ constancy (method §4)."""
+"""Known-answer tests for checks/spectrum.py and checks/gamma.py: claim-E eigenvalue statistics and γ
+constancy (method §4)."""
 
 from __future__ import annotations
 
@@ -11,29 +12,25 @@ import torch
 
 from checks.errors import NonFiniteError
 from checks.gram import KeyGram, standardize_tokens
+from checks.gamma import (
+    gamma_spread,
+    gamma_spread_batched,
+    gamma_vectors,
+    pairwise_spread,
+    perturbed_axes,
+    recover_axes,
+    spread_summary,
+)
 from checks.spectrum import (
     NAIVE_STAGES,
     STATISTICS,
     eigenvalue_statistics,
-    gamma_spread,
-    gamma_spread_batched,
-    gamma_vectors,
     gram_spectrum,
     gram_spectrum_batched,
     naive_gram_spectrum,
-    pairwise_spread,
-    perturbed_axes,
-    recover_axes,
     route_comparison,
-    spread_summary,
 )
-
-F64 = torch.float64
-EPS32 = torch.finfo(torch.float32).eps
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+from tests._helpers import EPS32, F64, randn
 
 
 def brute_spread(gamma, valid, relative):
@@ -409,7 +406,7 @@ def test_spread_summary_rule():
 def test_perturbed_control_with_one_seed_per_item_does_not_depend_on_the_batching():
     """Per-item seeds: an item's perturbed basis is the same alone or inside a larger batch (the
     claim runs seed each (sample, head), so --max-memory and the device do not move gamma)."""
-    from checks.spectrum import perturbed_axes
+    from checks.gamma import perturbed_axes
 
     gen = torch.Generator().manual_seed(0)
     axes = torch.linalg.qr(torch.randn(3, 2, 9, 4, generator=gen, dtype=torch.float64))[0]

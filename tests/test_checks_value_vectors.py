@@ -21,24 +21,12 @@ from checks.value_vectors import (
     value_vector_metrics_batched,
 )
 from claims.verdicts import allclose_tolerance
+from tests._helpers import F64, gen, randn, rel_err
 
 TOL = allclose_tolerance()  # [claim_v.allclose] of claims/thresholds.toml
 
-F64 = torch.float64
 SCALE_INVARIANT = ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka", "pearson",
                    "subspace_overlap")
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def randn(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
-    return scale * torch.randn(*shape, generator=gen(seed), dtype=F64)
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max())
 
 
 def centring(n: int) -> torch.Tensor:

@@ -86,7 +86,7 @@ def test_the_weights_a_container_provided_are_recorded(tmp_path, container, expe
 
 
 def _trained_like(tmp_path: Path, variant: str) -> Path:
-    """A checkpoint written the way fixtures/training.py writes them: metadata + JSON sidecar."""
+    """A checkpoint written the way fixtures/training/series.py writes them: metadata + JSON sidecar."""
     path = tmp_path / "step_000045.safetensors"
     meta = {"config_hash": "c0ffee", "step": 45, "epoch": 1}
     save_file(_tiny_vit_state(), str(path), metadata={METADATA_KEY: json.dumps(meta)})

@@ -1,4 +1,4 @@
-"""Tests for fixtures/inputs.py: image and text input sets, their tensors and hashes."""
+"""Tests for fixtures/inputs/: image and text input sets, their tensors and hashes."""
 
 from __future__ import annotations
 
@@ -105,13 +105,15 @@ def test_default_images_note_when_more_requested(all_default_images):
 
 
 def test_default_images_skip_a_failing_candidate(monkeypatch):
-    real = I._default_image_candidates()
+    from fixtures.inputs import images
+
+    real = images._default_image_candidates()
 
     def broken():
         raise OSError("file missing from this build")
 
     monkeypatch.setattr(
-        I, "_default_image_candidates", lambda: [("skimage:broken", broken)] + real[:3]
+        images, "_default_image_candidates", lambda: [("skimage:broken", broken)] + real[:3]
     )
     s = I.default_images(n=None, seed=0)
     assert len(s) == 3 and "skimage:broken" not in s.names

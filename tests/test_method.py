@@ -16,13 +16,13 @@ import torch
 
 from checks.errors import UndefinedValueError, defined
 from checks.gram import KeyGram
-from checks.projection import pooled_terms, spearman_rho
+from checks.projection_summary import pooled_terms, spearman_rho
 from checks.value_vectors import value_vector_metrics_batched
 from claims import claim_e, claim_j, claim_v, verdicts
+from tests._helpers import F64
 
 ROOT = Path(__file__).resolve().parent.parent
 METHOD = ROOT / "docs" / "method.md"
-F64 = torch.float64
 
 
 # ------------------------------------------------------------------ method § references

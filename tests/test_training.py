@@ -1,4 +1,4 @@
-"""Tests of fixtures/training.py: our own tiny ViT trajectory for claim J's trend over training.
+"""Tests of fixtures/training/: our own tiny ViT trajectory for claim J's trend over training.
 
 Every training run here uses a tiny config (1 block, embed 48, 17 tokens, 2 epochs) that trains in
 about a second; the default config is measured by hand (see the module docstring of the fixture).
@@ -170,7 +170,7 @@ def test_standardized_attention_standardises_q_and_k(monkeypatch):
         seen.update(q=q, k=k, scale=kwargs.get("scale"))
         return original(q, k, v, **kwargs)
 
-    monkeypatch.setattr(training.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     x = 3.0 * torch.randn(2, 17, 48, dtype=torch.float64) + 1.0
     with torch.no_grad():
         attn(x)
@@ -333,7 +333,8 @@ def counted(monkeypatch):
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(training, "train_series", counting)
+    # cached_series calls the train_series of its own module
+    monkeypatch.setattr(training.series, "train_series", counting)
     return calls
 
 

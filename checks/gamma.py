@@ -1,0 +1,376 @@
+"""Claim E (method §4), second part: the γ-constancy test of P1 Eq. 11.
+
+Pure batched tensor math (float64, any leading dimensions). :func:`recover_axes` turns learned
+values into candidate axes â_m, :func:`gamma_vectors` forms γ_i = (K̃ â_m)_i / (N â_im),
+:func:`pairwise_spread` measures how far γ is from constant, :func:`perturbed_axes` builds P2's
+perturbed control basis, and :func:`gamma_spread_batched` does it all for the learned V beside the
+two controls of method §4 (true eigenvectors, P2's perturbed basis), with
+:func:`spread_summary` as the verdict input. The eigenvalue statistics, the first part of claim E,
+are :mod:`checks.spectrum`.
+
+Names follow method §4 (``docs/method.md``). Nothing here loops over heads or samples in the math.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ._validation import check_ndim, check_same_batch
+from .errors import check_finite
+from .gram import DEFAULT_DTYPE, KeyGram, fix_signs
+
+
+def recover_axes(v: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
+    """Candidate axes from values: â_jm = g_j·v_jm, centred over tokens j (P1 Eq. 6 inverted; method §4).
+
+    For v = V̂ = G(I − 11ᵀ/N)A this returns A − mean_j(A) exactly (up to round-off).
+
+    Parameters
+    ----------
+    v : Tensor [..., N, m]
+        Value vectors of one head per leading index.
+    log_g : Tensor [..., N]
+        log g_j (``KeyGram.log_g``).
+
+    Returns
+    -------
+    Tensor [..., N, m], float64 unless ``v`` has another floating dtype.
+
+    Raises
+    ------
+    ValueError
+        On mismatched shapes.
+    NonFiniteError
+        If g_j·v_jm overflows (log g_j > ~709 in float64). γ is unchanged when all of a head's
+        g_j are divided by one constant, so a caller may pass log g − max_j log g to avoid that.
+
+    Examples
+    --------
+    >>> k = torch.randn(8, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> kg = KeyGram(k)
+    >>> a = kg.axes()
+    >>> torch.allclose(recover_axes(kg.kpca_values(), kg.log_g), a - a.mean(-2, keepdim=True))
+    True
+    """
+    if v.ndim < 2 or log_g.shape != v.shape[:-1]:
+        raise ValueError(f"v must be [..., N, m] and log_g [..., N]; got {tuple(v.shape)} and {tuple(log_g.shape)}")
+    axes = v * torch.exp(log_g).unsqueeze(-1)                            # â_jm = g_j v_jm
+    axes = axes - axes.mean(dim=-2, keepdim=True)                        # centred over j
+    check_finite(axes, "recovered axes g_j·v_jm")
+    return axes
+
+
+def gamma_vectors(centred_gram: torch.Tensor, axes: torch.Tensor,
+                  rtol: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """γ_im = (K̃ â_m)_i / (N â_im) (P1 Eq. 11; method §4), with zero entries of â masked out.
+
+    If â_m is an eigenvector of K̃ with eigenvalue μ_m, γ_im = μ_m/N for every i. γ is unchanged
+    when â_m is multiplied by a nonzero constant and scales with K̃.
+
+    Parameters
+    ----------
+    centred_gram : Tensor [..., N, N]
+        K̃ (``KeyGram.centred``).
+    axes : Tensor [..., N, m]
+        Candidate axes â (any column scale).
+    rtol : float, optional
+        An entry is *valid* when |â_im| > rtol·max_j |â_jm|; default the dtype's machine epsilon,
+        so exact zeros (and entries below round-off of their column) never divide.
+
+    Returns
+    -------
+    (gamma, valid) : Tensors [..., N, m] and bool [..., N, m]
+        ``gamma`` is 0 where ``valid`` is False (never NaN or Inf from a division by zero).
+
+    Examples
+    --------
+    For a true eigenvector γ is constant over tokens (= μ/N):
+
+    >>> k = torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> kg = KeyGram(k)
+    >>> gamma, valid = gamma_vectors(kg.centred, kg.axes(1))
+    >>> torch.allclose(gamma[valid], kg.eigenvalues[0] / 6)
+    True
+    """
+    if centred_gram.shape[-1] != centred_gram.shape[-2] or axes.shape[-2] != centred_gram.shape[-1]:
+        raise ValueError(f"centred_gram must be [..., N, N] and axes [..., N, m] with the same N; got "
+                         f"{tuple(centred_gram.shape)} and {tuple(axes.shape)}")
+    n = axes.shape[-2]
+    tol = torch.finfo(axes.dtype).eps if rtol is None else rtol
+    valid = axes.abs() > tol * axes.abs().amax(dim=-2, keepdim=True)
+    safe = torch.where(valid, axes, torch.ones((), dtype=axes.dtype, device=axes.device))
+    gamma = (centred_gram @ axes) / (n * safe)                           # P1 Eq. 11
+    return torch.where(valid, gamma, torch.zeros((), dtype=gamma.dtype, device=gamma.device)), valid
+
+
+def pairwise_spread(gamma: torch.Tensor, valid: torch.Tensor | None = None,
+                    relative: bool = True) -> torch.Tensor:
+    """Mean over token pairs i < j of |γ_i − γ_j| (absolute) or |γ_i − γ_j| / max(|γ_i|, |γ_j|) (method §4).
+
+    Pairs with an invalid entry (``valid`` False) are left out. A relative term whose two γ are
+    both 0 counts as 0 (identical values). No N×N pair tensor is built: after sorting each column
+    the pair sum has a closed form, O(N log N) per column (see :func:`_pair_sum`).
+
+    Parameters
+    ----------
+    gamma : Tensor [..., N, m]
+    valid : bool Tensor [..., N, m], optional
+        From :func:`gamma_vectors`; all True when omitted.
+    relative : bool, default True
+
+    Returns
+    -------
+    Tensor [..., m]: the spread of each column.
+
+    Raises
+    ------
+    ValueError
+        If a column has fewer than two valid entries (no pair to compare), naming its index.
+
+    Examples
+    --------
+    >>> gamma = torch.tensor([[2.0], [2.0], [2.0]], dtype=torch.float64)
+    >>> pairwise_spread(gamma).tolist()
+    [0.0]
+    >>> pairwise_spread(torch.tensor([[1.0], [2.0]], dtype=torch.float64)).tolist()
+    [0.5]
+    """
+    check_ndim(gamma, "gamma", shape="[..., N, m]")
+    if valid is None:
+        valid = torch.ones(gamma.shape, dtype=torch.bool, device=gamma.device)
+    if valid.shape != gamma.shape:
+        raise ValueError(f"valid must have gamma's shape {tuple(gamma.shape)}, got {tuple(valid.shape)}")
+    n_valid = valid.sum(dim=-2)
+    if bool((n_valid < 2).any()):
+        where = tuple(int(i) for i in torch.nonzero(n_valid < 2)[0])
+        raise ValueError(f"γ column at index {where} (leading dims..., component) has fewer than two "
+                         f"nonzero axis entries; its spread is undefined")
+    pairs = n_valid * (n_valid - 1) / 2
+    return _pair_sum(gamma, valid, relative) / pairs
+
+
+def _argsort_tokens(key: torch.Tensor) -> torch.Tensor:
+    """``key.argsort(dim=-2)``; on the CPU through NumPy's vectorised sort along contiguous rows,
+    measured 6x faster than torch's (1.8 M float64 in [4, 12, 197, 192]: 14 ms against 82 ms),
+    which made the sort the largest part of claim E's γ. The order within ties may differ from
+    torch's; :func:`_pair_sum` does not depend on it."""
+    if key.device.type != "cpu":
+        return key.argsort(dim=-2)
+    rows = key.detach().transpose(-1, -2).contiguous().numpy()
+    return torch.from_numpy(np.argsort(rows, axis=-1)).transpose(-1, -2)
+
+
+def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch.Tensor:
+    """Σ over valid pairs i < j (along dim −2) of |γ_i − γ_j|, or of |γ_i − γ_j| / max(|γ_i|, |γ_j|).
+
+    Sort the valid entries (invalid ones first, weightless) and let, for the entry at sorted
+    position r, c_r be the number of valid entries before it and C_r the sum of their γ.
+    Absolute (sorted by γ): every earlier γ_j ≤ γ_r, so the pairs ending at r add c_r·γ_r − C_r.
+    Relative (sorted by |γ|): every earlier |γ_j| ≤ |γ_r| = max, and |γ_r − γ_j|/|γ_r| =
+    1 − γ_j/γ_r for either sign of γ_j, so they add c_r − C_r/γ_r (0 when γ_r = 0, since then all
+    earlier γ_j are 0 as well).
+    """
+    zero = torch.zeros((), dtype=gamma.dtype, device=gamma.device)
+    key = gamma.abs() if relative else gamma
+    key = torch.where(valid, key, torch.full((), -math.inf, dtype=gamma.dtype, device=gamma.device))
+    order = _argsort_tokens(key)
+    g = torch.where(valid, gamma, zero).gather(-2, order)
+    ok = valid.gather(-2, order).to(gamma.dtype)
+    before = ok.cumsum(dim=-2) - ok                                      # c_r
+    prefix = g.cumsum(dim=-2) - g                                        # C_r
+    if relative:
+        nonzero = g != 0
+        terms = torch.where(nonzero, before - prefix / torch.where(nonzero, g, 1.0), zero)
+    else:
+        terms = before * g - prefix
+    # each term is a sum of nonnegative pair terms; the closed form can cancel to −ε (identical γ)
+    return (terms.clamp_min(0) * ok).sum(dim=-2)
+
+
+def perturbed_axes(axes: torch.Tensor, seed: int | Sequence[int] = 0,
+                   noise: float = 0.1) -> torch.Tensor:
+    """P2's control basis: Q of QR(A + noise·Z), Z ~ N(0, 1) from a generator seeded with ``seed`` (method §4).
+
+    The columns of Q are orthonormal but not eigenvectors of K̃, and (as in P2) not re-centred.
+    Signs are fixed as in method §1 (γ does not depend on them). With one int ``seed``, one draw of
+    shape ``axes.shape`` covers the whole batch, so an item's noise depends on the batch layout;
+    with one seed per item (a sequence over the batch dimensions, flattened in order), each item's
+    noise depends on its own seed alone, whatever the batching or device (the claim runs do this).
+
+    Parameters
+    ----------
+    axes : Tensor [..., N, m]
+        A, the true eigenvectors (``KeyGram.axes()``), m ≤ N.
+    seed : int or sequence of int, default 0
+        One seed for the whole batch, or one per item of ``axes.shape[:-2]``.
+    noise : float, default 0.1
+        P2's perturbation size.
+
+    Returns
+    -------
+    Tensor [..., N, m], ``axes``' dtype and device.
+
+    Examples
+    --------
+    >>> a = torch.linalg.qr(torch.randn(6, 3, generator=torch.Generator().manual_seed(0),
+    ...                                  dtype=torch.float64))[0]
+    >>> p = perturbed_axes(a, seed=1)
+    >>> torch.allclose(p.T @ p, torch.eye(3, dtype=torch.float64), atol=1e-12), torch.allclose(p, a)
+    (True, False)
+    """
+    if axes.ndim < 2 or axes.shape[-1] > axes.shape[-2]:
+        raise ValueError(f"axes must be [..., N, m] with m ≤ N, got {tuple(axes.shape)}")
+    if isinstance(seed, int):
+        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        z = torch.randn(axes.shape, generator=gen, dtype=DEFAULT_DTYPE)
+    else:
+        seeds = [int(x) for x in seed]
+        if len(seeds) != math.prod(axes.shape[:-2]):
+            raise ValueError(f"{len(seeds)} seeds for {math.prod(axes.shape[:-2])} items of axes "
+                             f"{tuple(axes.shape)}: give one seed per item, or one int")
+        z = torch.stack([torch.randn(axes.shape[-2:], generator=torch.Generator().manual_seed(x),
+                                     dtype=DEFAULT_DTYPE) for x in seeds]).reshape(axes.shape)
+    z = z.to(axes.device, axes.dtype)
+    q, _ = torch.linalg.qr(axes + noise * z)
+    return fix_signs(q)
+
+
+def spread_summary(spreads: dict) -> dict:
+    """Per head: the mean over components of each relative spread, and the method §4 verdict input.
+
+    Parameters
+    ----------
+    spreads : dict
+        With ``"learned"``, ``"eigen"``, ``"perturbed"`` Tensors [..., m] (relative spreads).
+
+    Returns
+    -------
+    dict with ``"learned"``, ``"eigen"``, ``"perturbed"`` Tensors [...] (means over components)
+    and ``"closer_to_eigen"`` bool [...]: |learned − eigen| < |learned − perturbed|, on the means
+    (method §4: *supported* when True, *refuted* otherwise).
+    """
+    means = {name: spreads[name].mean(dim=-1) for name in ("learned", "eigen", "perturbed")}
+    means["closer_to_eigen"] = ((means["learned"] - means["eigen"]).abs()
+                                < (means["learned"] - means["perturbed"]).abs())
+    return means
+
+
+def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
+                         standardize: bool = False, seed: int | Sequence[int] = 0,
+                         gram: KeyGram | None = None) -> dict:
+    """γ-constancy spreads of the learned values beside the two controls of method §4, per head.
+
+    For keys ``k`` and learned values ``v`` of each head: build K̃ and log g in log space
+    (:class:`checks.gram.KeyGram`), recover â = centred g·v (:func:`recover_axes`), form γ
+    (:func:`gamma_vectors`) and its mean pairwise spread (:func:`pairwise_spread`). Controls use
+    the same K̃: ``"eigen"`` its top-m eigenvectors A (spread ≈ 0), ``"perturbed"`` P2's
+    QR(A + 0.1·N(0,1)) (:func:`perturbed_axes`), with m = min(d_v, N − 1): the constant vector,
+    K̃'s trivial null vector, is never a control.
+
+    Parameters
+    ----------
+    k : Tensor [..., N, d]
+        Keys.
+    v : Tensor [..., N, d_v]
+        Learned value vectors (before the output projection), same leading dims and N.
+    scale : float, optional
+        Softmax scale s; 1/√d when omitted.
+    standardize : bool, default False
+        Standardise keys (method §1) before the Gram matrix; ``v`` is used as given.
+    seed : int or sequence of int, default 0
+        Seed of the perturbed control: one for the batch, or one per head item
+        (:func:`perturbed_axes`).
+    gram : KeyGram, optional
+        The :class:`checks.gram.KeyGram` of these keys (same ``scale`` and ``standardize``, built
+        with eigenvectors and ``top`` ≥ min(d_v, N − 1)), when the caller has one already (claim
+        E builds it for its log-space route): saves a second Gram matrix and eigendecomposition.
+
+    Returns
+    -------
+    dict with Tensors (float64): ``"learned"`` [..., d_v], ``"eigen"``, ``"perturbed"`` [..., m]
+    (relative spreads); ``"learned_abs"``, ``"eigen_abs"``, ``"perturbed_abs"`` (absolute spreads,
+    same shapes); ``"summary"`` (:func:`spread_summary`); ``"undetermined"`` bool [...]
+    (``KeyGram.undetermined``: μ_d is round-off and the eigen control is not meaningful).
+
+    Raises
+    ------
+    ValueError
+        On mismatched shapes, N < 3, or a degenerate column (see :func:`pairwise_spread`).
+    NonFiniteError
+        If keys or values contain NaN or Inf.
+    """
+    check_same_batch(k, v, ("k [..., N, d]", "v [..., N, d_v]"))
+    if k.shape[-2] < 3:
+        raise ValueError(f"need at least 3 tokens for a pairwise spread of a centred axis, got N={k.shape[-2]}")
+    check_finite(v, "values")
+    if gram is None:
+        gram = KeyGram(k, scale=scale, standardize=standardize)
+    elif gram.n != k.shape[-2] or gram.log_g.shape != k.shape[:-1]:
+        raise ValueError(f"gram is the KeyGram of keys {tuple(gram.keys.shape)}, not of "
+                         f"{tuple(k.shape)}")
+    kg = gram
+    v = v.to(DEFAULT_DTYPE)
+    # γ is invariant to scaling a head's â by a constant, so divide g by its per-head maximum
+    # (exactly cancelling) to keep g_j·v_jm finite for large key norms.
+    log_g = kg.log_g - kg.log_g.amax(dim=-1, keepdim=True)
+    m = min(v.shape[-1], kg.n - 1)
+    eigen = kg.axes(m)
+    candidates = {
+        "learned": recover_axes(v, log_g),
+        "eigen": eigen,
+        "perturbed": perturbed_axes(eigen, seed=seed),
+    }
+    out: dict = {}
+    # An undetermined head (μ_d round-off; K̃ = 0 for identical keys) can have eigen-control
+    # columns with a single nonzero entry (eigh returns unit vectors for a zero matrix): their
+    # spread is undefined. Such columns get spread 0, never NaN, and the head stays flagged.
+    # The three candidates side by side as one [..., N, d_v + 2m] block: every step is per column,
+    # so one product with K̃ and one pair of sorts serve all three.
+    widths = [axes.shape[-1] for axes in candidates.values()]
+    gamma, valid = gamma_vectors(kg.centred, torch.cat(list(candidates.values()), dim=-1))
+    lacking = valid.sum(dim=-2) < 2                                      # [..., d_v + 2m]
+    degenerate = lacking.any(dim=-1)
+    gamma = gamma.masked_fill(lacking.unsqueeze(-2), 0.0)
+    valid = valid | lacking.unsqueeze(-2)
+    spreads = (pairwise_spread(gamma, valid, relative=True).split(widths, dim=-1),
+               pairwise_spread(gamma, valid, relative=False).split(widths, dim=-1))
+    for name, rel, absolute in zip(candidates, *spreads):
+        out[name], out[f"{name}_abs"] = rel, absolute
+    if bool((degenerate & ~kg.undetermined).any()):
+        where = tuple(int(i) for i in torch.nonzero(degenerate & ~kg.undetermined)[0])
+        raise ValueError(f"γ column of a determined head at index {where} has fewer than two "
+                         "nonzero axis entries; its spread is undefined")
+    out["summary"] = spread_summary(out)
+    out["undetermined"] = kg.undetermined
+    return out
+
+
+def gamma_spread(k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> dict:
+    """Relative γ spreads of one head: {"learned": [d], "eigen": [m], "perturbed": [m]} (float64).
+
+    Keys ``k`` [N, d] and learned values ``v`` [N, d_v]; m = min(d_v, N − 1). The single-head form of
+    :func:`gamma_spread_batched` (seed 0, raw keys), which documents the method.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> k = torch.randn(12, 3, generator=g, dtype=torch.float64)
+    >>> out = gamma_spread(k, KeyGram(k).kpca_values())  # V = V̂: the learned V are eigenvectors
+    >>> float(out["learned"].max()) < 1e-6, float(out["perturbed"].min()) > 1e-3
+    (True, True)
+    """
+    if k.ndim != 2 or v.ndim != 2:
+        raise ValueError(f"gamma_spread takes one head, k [N, d] and v [N, d_v]; got {tuple(k.shape)} and "
+                         f"{tuple(v.shape)} (use gamma_spread_batched for leading dims)")
+    out = gamma_spread_batched(k, v, scale=scale)
+    return {name: out[name] for name in ("learned", "eigen", "perturbed")}
+
+
+__all__ = [
+    "gamma_spread", "gamma_spread_batched", "gamma_vectors", "pairwise_spread", "perturbed_axes",
+    "recover_axes", "spread_summary",
+]
