@@ -87,11 +87,19 @@ TOY_CLAIM = '''
 #: A model family that declares claim V unsupported (families add ``unsupported_claims`` to
 #: ModelSpec; here a plugin sets it on the selected spec after the kpca plugin resolved it).
 FAKE_FAMILY = '''
-    import copy
+    import dataclasses
 
     import pytest
 
-    from fixtures import plugin
+    from fixtures import families, plugin
+    from fixtures.families.timm_vit import TimmViT
+
+
+    @families.register
+    class NoValueViT(TimmViT):
+        """timm ViT attention, declaring claim V unsupported (a test family)."""
+        name = "timm-vit-no-v"
+        unsupported_claims = {"V": "a causal mask leaves no key Gram matrix per head"}
 
 
     @pytest.hookimpl(trylast=True)
@@ -100,10 +108,7 @@ FAKE_FAMILY = '''
         if specs is None:
             return
         for key, spec in list(specs.items()):
-            spec = copy.copy(spec)
-            object.__setattr__(spec, "unsupported_claims",
-                               {"V": "a causal mask leaves no key Gram matrix per head"})
-            specs[key] = spec
+            specs[key] = dataclasses.replace(spec, family=NoValueViT.name)
 '''
 
 SMALL = ("--models", "tiny-vit-digits-softmax", "--layers", "0", "--heads", "0,1",
