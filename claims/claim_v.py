@@ -239,16 +239,30 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
 
 def p2_code_summary(layer_metrics: dict[str, torch.Tensor], head: int | None,
                     keep: torch.Tensor) -> dict | None:
-    """Means of claim V's sign-dependent metrics computed with P2's code conventions (method §8;
-    ``p2code_<metric>`` tensors of the layer), over the same samples as the exact means; None
-    when the layer has none. Never judged."""
+    """The record fields of claim V's sign-dependent metrics computed with P2's code conventions
+    (method §8.3; ``p2code_<metric>`` tensors of the layer, NaN for samples outside the seeded
+    subset :func:`checks.p2_code.p2_code_subset`): ``p2_code`` (their means over the kept samples
+    of the subset) and, when the subset leaves kept samples out, ``p2_code_units`` (how many
+    (sample) units those means are over) and ``p2_code_exact`` (the exact metrics' means over the
+    same units, for a paired comparison). None when the layer has none. Never judged."""
     if f"p2code_{P2_CODE_METRICS[0]}" not in layer_metrics:
         return None
-    out = {}
-    for name in P2_CODE_METRICS:
-        t = layer_metrics[f"p2code_{name}"]
-        t = t[:, head] if head is not None else t
-        out[name] = float(masked_mean(t.to(torch.float64).reshape(-1), keep.reshape(-1))[0])
+
+    def pick(name: str) -> torch.Tensor:
+        t = layer_metrics[name]
+        return (t[:, head] if head is not None else t).to(torch.float64).reshape(-1)
+
+    kept = keep.reshape(-1)
+    computed = kept & torch.isfinite(pick(f"p2code_{P2_CODE_METRICS[0]}"))
+
+    def mean(name: str) -> float:
+        return float(masked_mean(torch.where(computed, pick(name), 0.0), computed)[0])
+
+    out = {"p2_code": {name: mean(f"p2code_{name}") for name in P2_CODE_METRICS}}
+    if int(computed.sum()) < int(kept.sum()) and all(n in layer_metrics for n in P2_CODE_METRICS):
+        # a subset: say how many units, and give the exact means over the same units
+        out["p2_code_units"] = int(computed.sum())
+        out["p2_code_exact"] = {name: mean(name) for name in P2_CODE_METRICS}
     return out
 
 
@@ -275,9 +289,7 @@ def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torc
     result = decide(per_head, undet, **extra, vs_null=statistics["vs_null"], rules=rules,
                     intervals=intervals)
     result["mu_d_min"] = float(layer_metrics["mu_d"][:, head].min())
-    p2_code = p2_code_summary(layer_metrics, head, _keep_mask(undet)[0])
-    if p2_code is not None:
-        result["p2_code"] = p2_code
+    result.update(p2_code_summary(layer_metrics, head, _keep_mask(undet)[0]) or {})
     return {"claim": "V", "level": "head", "model": model, "layer": layer, "head": head, **result}
 
 
@@ -293,10 +305,11 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     extra = {n: stacked.pop(n) for n in ("few_tokens", "n_tokens") if n in stacked}
     result = decide(stacked, undetermined, **extra, seed=seed_from(f"V-{model}-model"), rules=rules)
     keep = _keep_mask(undetermined.reshape(-1))[0]
-    p2 = {n: torch.cat([m[f"p2code_{n}"][:, heads] for m in per_layer.values()], dim=1)
+    p2 = {f"p2code_{n}": torch.cat([m[f"p2code_{n}"][:, heads] for m in per_layer.values()], dim=1)
           for n in P2_CODE_METRICS if all(f"p2code_{n}" in m for m in per_layer.values())}
     if len(p2) == len(P2_CODE_METRICS):
-        result["p2_code"] = p2_code_summary({f"p2code_{n}": t for n, t in p2.items()}, None, keep)
+        exact = {n: stacked[n] for n in P2_CODE_METRICS if n in stacked}
+        result.update(p2_code_summary({**p2, **exact}, None, keep) or {})
     extra_fields = {"head_verdicts_by_rules": head_verdicts_by_rules} if head_verdicts_by_rules else {}
     return {"claim": "V", "level": "model", "model": model, "layer": None, "head": None,
             "layers": sorted(per_layer), "heads": heads, "head_verdicts": head_verdicts,

@@ -458,9 +458,11 @@ def _chance_text(rec: dict | None, name: str) -> str:
 def _p2_code_rows(mrec: dict | None) -> list[dict]:
     """Exact vs P2-code values (method §8) of claim V's sign-dependent metrics, model level."""
     p2 = (mrec or {}).get("p2_code") or {}
+    # on a subset of samples (method §8.3) the exact column is over the same units
+    exact_means = (mrec or {}).get("p2_code_exact") or (mrec or {}).get("metrics") or {}
     rows = []
     for name in ("direct_cosine", "optimal_cosine", "pearson"):
-        exact, other = ((mrec or {}).get("metrics") or {}).get(name), p2.get(name)
+        exact, other = exact_means.get(name), p2.get(name)
         if isinstance(other, (int, float)) and isinstance(exact, (int, float)):
             rows.append({"metric": name, "exact": fmt(exact, 4), "p2_code": fmt(other, 4),
                          "diff": fmt(other - exact, 2)})
