@@ -62,8 +62,8 @@ def collect(spec, n_samples: int, layer: int, workdir: Path, images: str | None 
             cos["null"].append(c.clone())
         return out
 
-    def p2(k, v, **kw):
-        out = saved[1](k, v, **kw)
+    def p2(k, v, *a, **kw):
+        out = saved[1](k, v, *a, **kw)
         cos["p2code"].extend(c.clone() for c in out["cosine_matrix"])
         return out
 
