@@ -1,8 +1,7 @@
 """Claim V timed stage by stage through the suite's own session, against the plain per-head loop
 of :mod:`bench.reference` on a fixed random subset of (sample, layer, head) triples fed the very
-k, v and null basis A₀ our path received, with every compared quantity's agreement checked.
-
-What is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.session.ModelRun`
+k, v and null basis A₀ our path received, with every compared quantity's agreement checked. What
+is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.session.ModelRun`
 (fresh temporary cache) loads the model, captures Q/K/V through
 :func:`fixtures.capture.capture_to_layer_files`, then computes every layer's claim-V metrics in the
 chunks ``ModelRun._chunks`` picks for ``--max-memory``; finally the records are built
