@@ -9,19 +9,23 @@ Three solvers of the same problem, max over permutations π of Σ_j cos[j, π(j)
   matrices at once, on any device, stopped when its dual bound certifies the mean matched score
   within ``AUCTION_TOL`` of the optimum.
 
-Measured on real cosine matrices (``python -m bench.run --assignment``; CPU thread time per
-matrix, 1 thread): random vit_base N = 197, d = 64: SciPy 3.1 ms, lapjv 2.3 ms, auction 21–34 ms;
-all-MiniLM-L6-v2 N = 70, d = 32: SciPy 0.25 ms, lapjv 0.22 ms, auction 9–19 ms; over the 12 layers
-of vit_base (best of 5) SciPy 2.2–2.6 ms, lapjv 1.8–2.5 ms (1.15×). Every solver gave the same
-optimal sums (auction: within its certified 1e-9). The auction spends its time in ~3,000 bidding
-rounds whatever the batch, so it is the candidate for an accelerator, where all heads of a layer
-bid at once, not for the CPU.
+Measured on real cosine matrices (``python -m bench.run --solvers``, ``bench/solvers.json``;
+per-thread CPU time per matrix, 1 thread, best of 3, on the loaded 2-core machine, layer 0):
+random vit_base N = 197, d = 64 (48 matrices per kind): SciPy 4.8–5.8 ms, lapjv 5.9–6.8 ms,
+auction 37–47 ms; all-MiniLM-L6-v2 N = 74–88, d = 32 (240 per kind): SciPy 0.36–0.39 ms, lapjv
+0.29–0.56 ms, auction 11–88 ms. Earlier, on a quiet machine, over the 12 layers of vit_base: SciPy
+2.2–2.6 ms, lapjv 1.8–2.5 ms. Every solver gave the same optimal sums (the auction within its
+certified 1e-9; ``bench.solvers`` asserts 1e-9 against SciPy on every matrix). The auction spends
+its time in thousands of bidding rounds whatever the batch, so it is the candidate for an
+accelerator, where all heads of a layer bid at once, not for the CPU.
 
-``"scipy"`` is the default (:data:`DEFAULT_SOLVER`): the session runs the assignment in a second
-thread beside the next batch's tensor math, and ``lap.lapjv`` holds the GIL while it solves
-(SciPy releases it), which stalled the main thread's torch calls by more than the 15 % it saves
-(3,000 small torch calls beside a solving thread: 1.1–1.2 s with lapjv, 0.7–0.9 s with SciPy,
-0.4–0.6 s alone, on the loaded 2-core machine). ``lap`` is optional.
+``"scipy"`` is the default (:data:`DEFAULT_SOLVER`): it was faster than lapjv on five of the six
+kinds of matrix measured above (lapjv won on MiniLM's null matrices, 0.29 against 0.36 ms), and
+the session runs the assignment in a second
+thread beside the next batch's tensor math, where ``lap.lapjv``, which holds the GIL while it
+solves (SciPy releases it), stalled the main thread's torch calls (3,000 small torch calls beside
+a solving thread: 1.1–1.2 s with lapjv, 0.7–0.9 s with SciPy, 0.4–0.6 s alone). ``lap`` is
+optional.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-try:  # optional: ~15 % faster than scipy's per matrix, but it keeps the GIL (module docstring)
+try:  # optional: no faster than scipy's on our matrices, and it keeps the GIL (module docstring)
     from lap import lapjv as _lapjv
 except ImportError:  # pragma: no cover - depends on the environment
     _lapjv = None

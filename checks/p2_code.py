@@ -13,6 +13,13 @@ printed ones; these values are recorded beside the exact ones and never judged:
 Convention 4 is the one that shows: v̂_j carries the factor 1/g_j, so a token with large g_j
 (all-MiniLM-L6-v2: up to ~3e9) has ‖v̂_j‖ near or below 1e-8, and the +1e-8 pulls its cosine
 towards 0. ViT heads (g ≈ 1e3–1e5) have ‖v̂_j‖ ≫ 1e-8 and are unaffected.
+
+The variant is computed on a seeded subset of :data:`P2_CODE_SAMPLES` samples per model
+(:func:`p2_code_subset`; every sample when there are no more), the same samples for every layer
+and head, and recorded beside the exact metrics over the same samples (method §8.3). It is a
+comparison, never judged: an exact value on a fifth of the default 100 samples costs a fifth of
+its float32 eigendecomposition and of its Hungarian step, which was a third of claim V's
+assignment stage.
 """
 
 from __future__ import annotations
@@ -26,6 +33,67 @@ from .similarity import matched_cosine
 ROW_NORM_EPS = 1e-8
 #: P2's code: the epsilon added to g gᵀ in K_φ = K_raw/(g gᵀ + 1e-6).
 GRAM_EPS = 1e-6
+#: Samples per model on which the p2-code variant is computed (method §8.3); all when fewer.
+P2_CODE_SAMPLES = 20
+
+
+def p2_code_subset(n_samples: int, model: str, size: int | None = None) -> torch.Tensor:
+    """Which samples of a model get the p2-code variant, bool [n_samples] (method §8.3).
+
+    Every sample when ``n_samples <= size`` (default :data:`P2_CODE_SAMPLES`); otherwise ``size`` samples drawn without replacement
+    by a CPU generator seeded from the model name (:func:`checks.stats.seed_from` of
+    ``"<model>-V-p2code"``): the same samples for every layer and head, on every machine.
+
+    >>> p2_code_subset(4, "m").tolist()
+    [True, True, True, True]
+    >>> int(p2_code_subset(100, "m", size=20).sum())
+    20
+    """
+    from .stats import seed_from
+
+    size = P2_CODE_SAMPLES if size is None else size
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
+        raise ValueError(f"n_samples must be a non-negative int, got {n_samples!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive int (samples in the subset), got {size!r}")
+    mask = torch.zeros(n_samples, dtype=torch.bool)
+    if n_samples <= size:
+        return mask.fill_(True)
+    gen = torch.Generator().manual_seed(seed_from(f"{model}-V-p2code"))
+    mask[torch.randperm(n_samples, generator=gen)[:size]] = True
+    return mask
+
+
+def scatter_rows(values: list[torch.Tensor], rows: list[int], n_rows: int, width: int) -> torch.Tensor:
+    """Per-sample results ``values`` (one [width] tensor per entry of ``rows``) placed at ``rows``
+    of a NaN tensor [n_rows, width] (float64, CPU): samples outside the p2-code subset read NaN,
+    "not computed".
+
+    >>> scatter_rows([torch.tensor([1.0, 2.0])], [1], 2, 2).tolist()
+    [[nan, nan], [1.0, 2.0]]
+    """
+    out = torch.full((n_rows, width), float("nan"), dtype=torch.float64)
+    if rows:
+        out[rows] = torch.stack(list(values)).detach().to("cpu", torch.float64)
+    return out
+
+
+def p2_code_metrics_on(k: torch.Tensor, v: torch.Tensor, rows: list[int], *,
+                       scale: float | None = None, standardize: bool = False
+                       ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """The p2-code variant for the samples ``rows`` of a batch k, v [B, H, N, d] (method §8.3).
+
+    Returns ``({"direct_cosine", "pearson"}: [B, H] float64 CPU, NaN outside ``rows``; the cosine
+    matrices [H, N, N] of each sample of ``rows``, in order)``: :func:`scatter_rows` places their
+    matched cosines (:func:`checks.similarity.matched_cosine`) the same way.
+    """
+    n_rows, width = k.shape[0], k.shape[1]
+    if not rows:
+        empty = scatter_rows([], [], n_rows, width)
+        return {"direct_cosine": empty, "pearson": empty.clone()}, []
+    p2 = p2_code_metrics(k[rows], v[rows], scale, standardize, defer_matching=True)
+    return ({name: scatter_rows(list(p2[name]), rows, n_rows, width)
+             for name in ("direct_cosine", "pearson")}, list(p2["cosine_matrix"]))
 
 
 def p2_rows(x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,8 @@ V = register(ClaimSpec(
     source="P1 §2; P2 finding 1; method §2", unit="head", levels=("head", "model"),
     layer_metrics="claims.claim_v:layer_metrics", code=("claims/claim_v.py",),
     metrics=V_METRICS, settings="claims.claim_v:cache_settings",
+    # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
+    nonfinite_ok=("p2code_direct_cosine", "p2code_pearson", "p2code_optimal_cosine"),
     report_context="report.sections.claim_v:context",
     template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py"))
 

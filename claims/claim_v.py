@@ -240,16 +240,30 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
 
 def p2_code_summary(layer_metrics: dict[str, torch.Tensor], head: int | None,
                     keep: torch.Tensor) -> dict | None:
-    """Means of claim V's sign-dependent metrics computed with P2's code conventions (method §8;
-    ``p2code_<metric>`` tensors of the layer), over the same samples as the exact means; None
-    when the layer has none. Never judged."""
+    """The record fields of claim V's sign-dependent metrics computed with P2's code conventions
+    (method §8.3; ``p2code_<metric>`` tensors of the layer, NaN for samples outside the seeded
+    subset :func:`checks.p2_code.p2_code_subset`): ``p2_code`` (their means over the kept samples
+    of the subset) and, when the subset leaves kept samples out, ``p2_code_units`` (how many
+    (sample) units those means are over) and ``p2_code_exact`` (the exact metrics' means over the
+    same units, for a paired comparison). None when the layer has none. Never judged."""
     if f"p2code_{P2_CODE_METRICS[0]}" not in layer_metrics:
         return None
-    out = {}
-    for name in P2_CODE_METRICS:
-        t = layer_metrics[f"p2code_{name}"]
-        t = t[:, head] if head is not None else t
-        out[name] = float(masked_mean(t.to(torch.float64).reshape(-1), keep.reshape(-1))[0])
+
+    def pick(name: str) -> torch.Tensor:
+        t = layer_metrics[name]
+        return (t[:, head] if head is not None else t).to(torch.float64).reshape(-1)
+
+    kept = keep.reshape(-1)
+    computed = kept & torch.isfinite(pick(f"p2code_{P2_CODE_METRICS[0]}"))
+
+    def mean(name: str) -> float:
+        return float(masked_mean(torch.where(computed, pick(name), 0.0), computed)[0])
+
+    out = {"p2_code": {name: mean(f"p2code_{name}") for name in P2_CODE_METRICS}}
+    if int(computed.sum()) < int(kept.sum()) and all(n in layer_metrics for n in P2_CODE_METRICS):
+        # a subset: say how many units, and give the exact means over the same units
+        out["p2_code_units"] = int(computed.sum())
+        out["p2_code_exact"] = {name: mean(name) for name in P2_CODE_METRICS}
     return out
 
 
@@ -276,9 +290,7 @@ def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torc
     result = decide(per_head, undet, **extra, vs_null=statistics["vs_null"], rules=rules,
                     intervals=intervals)
     result["mu_d_min"] = float(layer_metrics["mu_d"][:, head].min())
-    p2_code = p2_code_summary(layer_metrics, head, _keep_mask(undet)[0])
-    if p2_code is not None:
-        result["p2_code"] = p2_code
+    result.update(p2_code_summary(layer_metrics, head, _keep_mask(undet)[0]) or {})
     return VRecord(claim="V", level="head", model=model, layer=layer, head=head, **result)
 
 
@@ -294,10 +306,11 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     extra = {n: stacked.pop(n) for n in ("few_tokens", "n_tokens") if n in stacked}
     result = decide(stacked, undetermined, **extra, seed=seed_from(f"V-{model}-model"), rules=rules)
     keep = _keep_mask(undetermined.reshape(-1))[0]
-    p2 = {n: torch.cat([m[f"p2code_{n}"][:, heads] for m in per_layer.values()], dim=1)
+    p2 = {f"p2code_{n}": torch.cat([m[f"p2code_{n}"][:, heads] for m in per_layer.values()], dim=1)
           for n in P2_CODE_METRICS if all(f"p2code_{n}" in m for m in per_layer.values())}
     if len(p2) == len(P2_CODE_METRICS):
-        result["p2_code"] = p2_code_summary({f"p2code_{n}": t for n, t in p2.items()}, None, keep)
+        exact = {n: stacked[n] for n in P2_CODE_METRICS if n in stacked}
+        result.update(p2_code_summary({**p2, **exact}, None, keep) or {})
     return VRecord(claim="V", level="model", model=model, layers=sorted(per_layer), heads=heads,
                    head_verdicts=head_verdicts,
                    head_verdicts_by_rules=head_verdicts_by_rules or None, **result)
@@ -329,6 +342,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
 
     import checks
     from checks.errors import NonFiniteError
+    from checks.p2_code import p2_code_subset, scatter_rows
     from checks.similarity import matched_cosine
     from checks.value_vectors import value_vector_metrics_batched
 
@@ -341,6 +355,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     # The null's Gaussian draws, in sample order for every head whatever the grouping.
     nulls = [torch.stack([torch.randn(int(n), d, generator=g, dtype=torch.float64) for g in gens])
              for n in lengths]
+    p2_samples = p2_code_subset(shape[0], ctx.model)  # method §8.3: a seeded subset
     out: dict[str, torch.Tensor] = {}
     # The Hungarian steps (scipy, CPU; it releases the GIL) of one batch run in other threads
     # (one on the CPU, several beside a GPU: assignment_threads) while the next batch's
@@ -348,14 +363,17 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     # bounded.
     pool = ThreadPoolExecutor(max_workers=ctx.assignment_threads,
                               thread_name_prefix="kpca-assignment")
-    pending: list[tuple[list[int], slice, list[Future], list[Future], list[Future]]] = []
+    pending: list[tuple[list[int], slice, list[Future], list[Future], list[int],
+                        list[Future]]] = []
 
     def finish_oldest() -> None:
-        done_chunk, done_heads, against_v_hat, against_null, p2code = pending.pop(0)
+        done_chunk, done_heads, against_v_hat, against_null, rows, p2code = pending.pop(0)
+        optimal = torch.stack([f.result() for f in against_v_hat])
         ctx.fill(out, done_chunk, done_heads, {
-            "optimal_cosine": torch.stack([f.result() for f in against_v_hat]),
+            "optimal_cosine": optimal,
             "optimal_cosine_null": torch.stack([f.result() for f in against_null]),
-            "p2code_optimal_cosine": torch.stack([f.result() for f in p2code])})
+            "p2code_optimal_cosine": scatter_rows([f.result() for f in p2code], rows,
+                                                  *optimal.shape)})
 
     try:
         for chunk, heads, _q, k, v in ctx.groups():
@@ -371,11 +389,12 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
             except NonFiniteError as exc:
                 raise ctx.located(exc, chunk, heads) from exc
             cos = m.pop("cosine_matrices")
-            p2code = _p2_code(k, v, info, ctx.options, m)  # method §8: recorded, never judged
+            rows = [i for i, b in enumerate(chunk) if p2_samples[b]]
+            p2code = _p2_code(k, v, info, ctx.options, m, rows)  # method §8.3: never judged
             pending.append((chunk, heads,  # one task per sample and target: [H, N, N] each
                             [pool.submit(matched_cosine, c) for c in cos[0]],
                             [pool.submit(matched_cosine, c) for c in cos[1]],
-                            [pool.submit(matched_cosine, c) for c in p2code]))
+                            rows, [pool.submit(matched_cosine, c) for c in p2code]))
             n_tok = k.shape[-2]
             m["n_tokens"] = torch.full(m["undetermined"].shape, float(n_tok))
             m["few_tokens"] = torch.full(m["undetermined"].shape, n_tok <= d)  # N ≤ d: μ_d = 0
@@ -389,13 +408,14 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     return out
 
 
-def _p2_code(k: torch.Tensor, v: torch.Tensor, info: dict, options, m: dict) -> torch.Tensor:
-    """Claim V's sign-dependent metrics with P2's code conventions (method §8), added to
-    ``m`` as ``p2code_direct_cosine`` and ``p2code_pearson``; returns the cosine matrices
-    whose Hungarian step gives ``p2code_optimal_cosine``."""
-    from checks.p2_code import p2_code_metrics
+def _p2_code(k: torch.Tensor, v: torch.Tensor, info: dict, options, m: dict,
+             rows: list[int]) -> list[torch.Tensor]:
+    """Claim V's sign-dependent metrics with P2's code conventions (method §8.3) for the samples
+    ``rows`` of the batch (NaN for the others), added to ``m`` as ``p2code_direct_cosine`` and
+    ``p2code_pearson``; returns those samples' cosine matrices, whose Hungarian step gives
+    ``p2code_optimal_cosine``."""
+    from checks.p2_code import p2_code_metrics_on
 
-    p2 = p2_code_metrics(k, v, scale=info["scale"], standardize=options.standardize,
-                         defer_matching=True)
+    p2, cos = p2_code_metrics_on(k, v, rows, scale=info["scale"], standardize=options.standardize)
     m["p2code_direct_cosine"], m["p2code_pearson"] = p2["direct_cosine"], p2["pearson"]
-    return p2["cosine_matrix"]
+    return cos

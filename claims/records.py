@@ -153,16 +153,19 @@ class VRecord(Record):
     n_few_tokens: int | None = None
     mu_d_min: float | None = None
     p2_code: dict[str, float] | None = None
+    p2_code_units: int | None = None  # p2_code over a seeded subset of samples (method §8.3)
+    p2_code_exact: dict[str, float] | None = None
 
     _HEAD = ("claim", "level", "model", "layer", "head", "layers", "heads", "head_verdicts",
              "head_verdicts_by_rules")
     _ORDER = (*_HEAD, "verdict", "verdicts", "rules", "metrics", "null", "std", "n_used", "ci",
               "ci_null", "vs_null", "n_samples", "n_undetermined", "evidence", "mu_d_min",
-              "p2_code")
+              "p2_code", "p2_code_units", "p2_code_exact")
     #: An unjudged (undetermined) record lists its verdicts after the statistics.
     _UNDETERMINED_ORDER = (*_HEAD, "verdict", "metrics", "null", "std", "n_used", "ci", "ci_null",
                            "verdicts", "rules", "vs_null", "n_samples", "n_undetermined",
-                           "n_few_tokens", "reason", "mu_d_min", "p2_code")
+                           "n_few_tokens", "reason", "mu_d_min", "p2_code",
+                           "p2_code_units", "p2_code_exact")
 
     def _order(self) -> tuple[str, ...]:
         # a judged record carries evidence; one left unjudged (too many undetermined samples)

@@ -60,6 +60,9 @@ class ClaimSpec:
         ``"module:function"`` building the context of its report section; None: generic section.
     template : str or None
         Its Jinja partial (a path relative to the project root); None: the generic partial.
+    nonfinite_ok : tuple of str
+        Per-layer metrics that may hold NaN (computed on a subset of samples only); every other
+        per-layer metric must be finite, or the run stops naming model, layer, head and sample.
     extra : dict
         Anything else a consumer wants to know (free-form, not read by the runtime).
     settings : str, callable or None
@@ -92,6 +95,7 @@ class ClaimSpec:
     settings: str | Callable | None = None
     thresholds: dict | str | None = None
     tests: str | None = None
+    nonfinite_ok: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:

@@ -78,3 +78,20 @@ def test_lapjv_without_lap_says_what_to_do(monkeypatch):
     monkeypatch.setattr(assignment, "_lapjv", None)
     with pytest.raises(ValueError, match="needs the 'lap' package"):
         assignment.optimal_matching(torch.zeros(2, 2), solver="lapjv")
+
+
+def test_bench_solvers_times_each_solver_and_asserts_its_optimum_against_scipy():
+    """``python -m bench.run --solvers``: every solver's mean matched cosine agrees with SciPy's
+    to 1e-9 on every matrix before a time is reported (the auction by its dual certificate)."""
+    from bench.solvers import ASSIGNMENT_ATOL, measure_assignment
+
+    gen = torch.Generator().manual_seed(2)
+    rows = torch.nn.functional.normalize(torch.randn(3, 2, 16, 4, generator=gen, dtype=torch.float64), dim=-1)
+    cos = [rows[i] @ rows[(i + 1) % 3].transpose(-1, -2) for i in range(3)]  # [2, 16, 16], rank 4
+    res = measure_assignment({"v_hat": cos, "null": cos[:1]}, repeats=1)
+    assert set(res) == {"v_hat", "null"} and res["v_hat"]["matrices"] == 6
+    for row in res.values():
+        assert {"scipy", "auction"} <= set(row)
+        for solver in ("scipy", "lapjv", "auction"):
+            if solver in row:
+                assert row[solver]["max_gap"] <= ASSIGNMENT_ATOL and row[solver]["ms_per_matrix"] >= 0

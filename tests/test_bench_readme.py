@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import run
+from bench import table
 
 
 def _results() -> dict:
@@ -30,8 +30,8 @@ def test_readme_table_is_rewritten_between_the_markers(tmp_path):
     res = tmp_path / "results.json"
     res.write_text(json.dumps(_results()))
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\nbefore\n{run.README_START}\nold table\n{run.README_END}\nafter\n")
-    run.update_readme(res, readme)
+    readme.write_text(f"# x\n\nbefore\n{table.README_START}\nold table\n{table.README_END}\nafter\n")
+    table.update_readme(res, readme)
     text = readme.read_text()
     assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith("after\n")
     assert "commit abc1234" in text and "Test CPU" in text
@@ -39,7 +39,7 @@ def test_readme_table_is_rewritten_between_the_markers(tmp_path):
     assert "| E | **claim E, all heads (incl. session)** | 8.0 | 40.0* | **5.00** |" in text
     assert "load model" not in text
     assert "Agreement with the loop (1e-6 relative): V passed, E FAILED." in text
-    run.update_readme(res, readme)  # idempotent
+    table.update_readme(res, readme)  # idempotent
     assert readme.read_text() == text
 
 
@@ -49,4 +49,4 @@ def test_readme_without_markers_is_an_error(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="no bench table markers"):
-        run.update_readme(res, readme)
+        table.update_readme(res, readme)

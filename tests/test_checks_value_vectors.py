@@ -493,3 +493,31 @@ def test_long_heads_take_the_top_k_solver_and_give_the_same_metrics(monkeypatch)
             assert torch.equal(value, iterative[name]), name
         else:
             torch.testing.assert_close(iterative[name], value, rtol=1e-6, atol=1e-9, msg=name)
+
+
+def test_session_computes_the_p2_code_variant_on_its_seeded_subset_only(tmp_path, monkeypatch):
+    """Method §8.3: with a subset smaller than the samples, the p2-code metrics are NaN ("not
+    computed") outside it and finite inside it; every judged metric and null is still computed
+    on every sample, unchanged. (Inside the subset the p2-code values are not compared with the
+    all-samples run: P2's convention keeps the float32 eigensolver's signs, which follow the
+    batch, method §8.3.)"""
+    import checks.p2_code
+    from fixtures.cache import Cache
+    from fixtures.registry import REGISTRY
+    from fixtures.session import ModelRun, RunOptions
+
+    spec = REGISTRY["control-vit_tiny_patch16_224"]
+    layers = {}
+    for size in (4, 2):
+        monkeypatch.setattr(checks.p2_code, "P2_CODE_SAMPLES", size)
+        opts = RunOptions(n_samples=4, seed=0, cache_dir=str(tmp_path / f"cache{size}"))
+        layers[size] = ModelRun(spec, opts, Cache(opts.cache_dir))._compute_claim_v(0)
+    chosen = checks.p2_code.p2_code_subset(4, spec.key, size=2)
+    assert int(chosen.sum()) == 2
+    for name, full in layers[4].items():
+        part = layers[2][name]
+        if name.startswith("p2code_"):
+            assert part[~chosen].isnan().all() and torch.isfinite(part[chosen]).all()
+            assert torch.isfinite(full).all()
+        else:
+            assert torch.equal(part, full), name

@@ -256,3 +256,55 @@ def test_an_undetermined_head_still_carries_its_intervals_and_test():
     assert rec["verdict"] == "undetermined"
     assert rec["verdicts"] == {"p2": "undetermined", "ours": "undetermined"}
     assert set(rec["ci"]) >= {"optimal_cosine", "linear_cka", "kernel_cka"} and "vs_null" in rec
+
+
+# -------------------------------------------------- p2-code on a seeded subset (method §8.3)
+def test_p2_code_subset_is_every_sample_up_to_its_size_then_a_seeded_draw():
+    from checks.p2_code import P2_CODE_SAMPLES, p2_code_subset
+
+    assert p2_code_subset(P2_CODE_SAMPLES, "m").all()
+    mask = p2_code_subset(100, "m")
+    assert int(mask.sum()) == P2_CODE_SAMPLES and torch.equal(mask, p2_code_subset(100, "m"))
+    assert not torch.equal(mask, p2_code_subset(100, "another model"))
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="n_samples must be"):
+            p2_code_subset(bad, "m")
+
+
+def test_p2_code_metrics_on_rows_equal_the_whole_batch_there_and_are_nan_elsewhere():
+    from checks.p2_code import p2_code_metrics_on
+    from checks.similarity import matched_cosine
+
+    gen = torch.Generator().manual_seed(5)
+    k, v = (torch.randn(4, 2, 12, 4, generator=gen, dtype=torch.float64) for _ in range(2))
+    whole = p2_code_metrics(k, v)
+    part, cos = p2_code_metrics_on(k, v, [1, 3])
+    assert len(cos) == 2 and tuple(cos[0].shape) == (2, 12, 12)
+    for name in ("direct_cosine", "pearson"):
+        assert part[name][[0, 2]].isnan().all()
+        torch.testing.assert_close(part[name][[1, 3]], whole[name][[1, 3]], rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(torch.stack([matched_cosine(c) for c in cos]),
+                               whole["optimal_cosine"][[1, 3]], rtol=1e-6, atol=1e-7)
+    empty, none = p2_code_metrics_on(k, v, [])
+    assert none == [] and empty["pearson"].isnan().all() and tuple(empty["pearson"].shape) == (4, 2)
+
+
+def test_p2_code_on_a_subset_is_recorded_with_its_units_and_the_exact_means_there():
+    gen = torch.Generator().manual_seed(6)
+    k = torch.randn(8, 24, 4, generator=gen, dtype=torch.float64)
+    layer = _layer_dict(k, torch.randn(8, 24, 4, generator=gen, dtype=torch.float64))
+    full = claim_v.head_record("synthetic", 0, 0, layer)
+    assert "p2_code_units" not in full and "p2_code_exact" not in full  # every sample: as before
+    subset = [0, 3, 5]
+    for name in claim_v.P2_CODE_METRICS:
+        t = torch.full_like(layer[f"p2code_{name}"], float("nan"))
+        t[subset] = layer[f"p2code_{name}"][subset]
+        layer[f"p2code_{name}"] = t
+    rec = claim_v.head_record("synthetic", 0, 0, layer)
+    assert rec["p2_code_units"] == 3
+    for name in claim_v.P2_CODE_METRICS:
+        assert rec["p2_code"][name] == pytest.approx(float(layer[f"p2code_{name}"][subset].mean()))
+        assert rec["p2_code_exact"][name] == pytest.approx(float(layer[name][subset].mean()))
+        assert rec["metrics"][name] == full["metrics"][name]  # the judged means: every sample
+    model = claim_v.model_record("synthetic", {0: layer}, [0], {})
+    assert model["p2_code_units"] == 3 and model["p2_code"] == pytest.approx(rec["p2_code"])

@@ -1,0 +1,214 @@
+"""The bench's table: per model and claim, each stage's seconds (ours and the loop's, wall and CPU),
+the ratio loop / ours and peak memory, printed after a run (:func:`print_table`) and written into
+the README between its markers from a results file (:func:`update_readme`, ``python -m bench.run
+--readme``), so that the README's figures are always those of one recorded run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .timing import MIB, ROOT
+
+
+def stage_rows(res: dict) -> list[dict]:
+    """Per-stage rows (seconds, ratio reference/ours) for one model's result."""
+    ow, oc = res["ours"]["wall"], res["ours"]["cpu"]
+    rw, rc = res["reference"]["wall"], res["reference"]["cpu"]
+    n_ref = res["reference"]["n_heads_measured"]
+    factor = res["n_heads_total"] / n_ref if n_ref else None
+    g = lambda d, k: d.get(k, 0.0)  # noqa: E731
+    main = ("gram@main", "eigen@main", "vvmb@main", "assignment@main", "p2code@main")  # exclusive
+    ours = {
+        "gram": (g(ow, "gram"), g(oc, "gram")),
+        "eigen": (g(ow, "eigen"), g(oc, "eigen")),
+        "metrics": (g(ow, "vvmb"), g(oc, "vvmb")),
+        "assignment": (g(ow, "assignment"), g(oc, "assignment")),
+    }
+    rows = [{"stage": "load model", "ours_wall_s": g(ow, "load"), "ours_cpu_s": g(oc, "load")}]
+    cap = res["reference"].get("capture")
+    row = {"stage": "capture", "ours_wall_s": g(ow, "capture"), "ours_cpu_s": g(oc, "capture")}
+    if cap:
+        f = res["n_samples"] / cap["n_samples_measured"]
+        row.update(ref_wall_s=cap["wall"] * f, ref_cpu_s=cap["cpu"] * f, ref_extrapolated=f > 1,
+                   ref_measured=f"{cap['n_samples_measured']} samples, 1 per forward pass")
+    rows.append(row)
+    for stage, (w, c) in ours.items():
+        label = stage if stage != "assignment" or g(ow, "assignment@main") else \
+            "assignment (2nd thread, overlapped)"
+        row = {"stage": label, "ours_wall_s": w, "ours_cpu_s": c}
+        if factor:
+            row.update(ref_wall_s=g(rw, stage) * factor, ref_cpu_s=g(rc, stage) * factor,
+                       ref_extrapolated=factor > 1, ref_measured=f"{n_ref} heads")
+        rows.append(row)
+    if "p2code" in ow:  # the loop has no p2-code variant (method §8.3): ours only
+        rows.append({"stage": "p2-code variant (subset, never judged)", "ours_wall_s": g(ow, "p2code"),
+                     "ours_cpu_s": g(oc, "p2code")})
+    rows.append({"stage": "session (nulls, layer I/O, cache, waits)",
+                 "ours_wall_s": g(ow, "claim_v") - sum(g(ow, k) for k in main),
+                 "ours_cpu_s": None})
+    row = {"stage": "claim V, all heads (incl. session)", "ours_wall_s": g(ow, "claim_v"),
+           "ours_cpu_s": g(oc, "claim_v")}
+    if factor:
+        row.update(ref_wall_s=sum(rw.values()) * factor, ref_cpu_s=sum(rc.values()) * factor,
+                   ref_extrapolated=factor > 1, ref_measured=f"{n_ref} heads")
+    rows.append(row)
+    rows.append({"stage": "report (records + HTML)", "ours_wall_s": g(ow, "report"),
+                 "ours_cpu_s": g(oc, "report")})
+    for row in rows:
+        row.setdefault("claim", "V")
+    ok = res["agreement"] is None or res["agreement"]["passed"]
+    for row in rows:
+        if "ref_wall_s" in row and row["ours_wall_s"] > 0:
+            row["ratio_wall"] = row["ref_wall_s"] / row["ours_wall_s"] if ok else None
+            row["ratio_cpu"] = row["ref_cpu_s"] / max(row["ours_cpu_s"], 1e-9) if ok else None
+    mem = res["memory_mb"]
+    for row in rows:
+        phase = {"load model": "load+capture", "capture": "load+capture",
+                 "report (records + HTML)": "report"}.get(row["stage"], "claim_v")
+        row["peak_rss_mb"] = mem[phase]["peak"]
+        row["rss_phase"] = phase
+    for claim, c in res.get("claims", {}).items():
+        rows += claim_rows(claim, c)
+    return rows
+
+
+CLAIM_STAGES = {"J": ("phi", "h", "summaries"), "E": ("gram", "eigen", "naive", "gamma")}
+
+
+def claim_rows(claim: str, c: dict) -> list[dict]:
+    """Rows of claim J or E: each stage (exclusive), the session's rest, and the total."""
+    ow, oc = c["ours"]["wall"], c["ours"]["cpu"]
+    rw, rc = c["reference"]["wall"], c["reference"]["cpu"]
+    n_ref = c["reference"]["n_heads_measured"]
+    factor = c["n_heads_total"] / n_ref if n_ref else None
+    g = lambda d, k: d.get(k, 0.0)  # noqa: E731
+    stages = CLAIM_STAGES[claim]
+    rows = []
+    for stage in stages:
+        rows.append({"stage": stage, "ours_wall_s": g(ow, stage), "ours_cpu_s": g(oc, stage),
+                     "ref_wall_s": g(rw, stage) * factor if factor else None,
+                     "ref_cpu_s": g(rc, stage) * factor if factor else None})
+    rows.append({"stage": "session (layer I/O, cache, chunking)",
+                 "ours_wall_s": g(ow, "total") - sum(g(ow, s) for s in stages),
+                 "ours_cpu_s": None})
+    rows.append({"stage": f"claim {claim}, all heads (incl. session)",
+                 "ours_wall_s": g(ow, "total"), "ours_cpu_s": g(oc, "total"),
+                 "ref_wall_s": sum(rw.values()) * factor if factor else None,
+                 "ref_cpu_s": sum(rc.values()) * factor if factor else None})
+    ok = c["agreement"] is None or c["agreement"]["passed"]
+    for row in rows:
+        row["claim"] = claim
+        if row.get("ref_wall_s") is None:
+            row.pop("ref_wall_s", None), row.pop("ref_cpu_s", None)
+            continue
+        row.update(ref_extrapolated=factor > 1, ref_measured=f"{n_ref} heads")
+        if row["ours_wall_s"] > 0:
+            row["ratio_wall"] = row["ref_wall_s"] / row["ours_wall_s"] if ok else None
+            row["ratio_cpu"] = row["ref_cpu_s"] / max(row["ours_cpu_s"], 1e-9) if ok else None
+        row["peak_rss_mb"] = c["memory_mb"]["peak"]
+        row["rss_phase"] = f"claim_{claim}"
+    for row in rows:
+        row.setdefault("peak_rss_mb", c["memory_mb"]["peak"])
+    return rows
+
+
+def _fmt(x, digits=1) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def print_table(results: dict) -> None:
+    print("\n" + "=" * 118)
+    print(f"threads {results['machine']['threads']}, load average before/after "
+          f"{results['machine']['load_before']} / {results['machine']['load_after']}; "
+          "ref* = extrapolated from a measured subset; ratio = reference / ours")
+    for res in results["models"]:
+        print(f"\n{res['model']}: {res['n_samples']} samples x {res['n_layers']} layers x "
+              f"{res['n_heads']} heads = {res['n_heads_total']} heads, N {res['tokens']['min']}-"
+              f"{res['tokens']['max']}, d {res['head_dim']}; max_memory "
+              f"{res['chunks']['max_memory_bytes'] / MIB:.0f} MiB -> chunks of "
+              f"{res['chunks']['samples_per_chunk']} samples")
+        print(f"  {'claim':5s} {'stage':40s} {'ours s':>9s} {'ours cpu':>9s} {'ref s':>10s} {'ref cpu':>10s} "
+              f"{'ratio':>7s} {'ratio cpu':>9s} {'peak RSS MiB':>13s}")
+        for row in res["stages"]:
+            star = "*" if row.get("ref_extrapolated") else " "
+            ref = _fmt(row.get("ref_wall_s")) + (star if "ref_wall_s" in row else " ")
+            refc = _fmt(row.get("ref_cpu_s")) + (star if "ref_cpu_s" in row else " ")
+            print(f"  {row['claim']:5s} {row['stage']:40s} {_fmt(row['ours_wall_s'], 2):>9s} "
+                  f"{_fmt(row['ours_cpu_s'], 2):>9s} {ref:>10s} {refc:>10s} "
+                  f"{_fmt(row.get('ratio_wall'), 2):>7s} {_fmt(row.get('ratio_cpu'), 2):>9s} "
+                  f"{row['peak_rss_mb']:13.0f}")
+        ag = res["agreement"]
+        if ag:
+            worst = (max(ag["worst"].items(), key=lambda kv: kv[1]["rel_err"])
+                     if ag["worst"] else None)
+            print(f"  agreement on {ag['n_heads_checked']} heads (rtol {ag['rtol']:g}): "
+                  f"{'PASSED' if ag['passed'] else 'FAILED'}; worst "
+                  f"{worst[0] if worst else '-'} {worst[1]['rel_err'] if worst else 0:.2e}; "
+                  f"{ag['n_undetermined_nulls_only']} undetermined (nulls only); threshold "
+                  f"(Lanczos vs eigvalsh) max rel diff {ag['threshold_max_rel_diff']:.1e}")
+        for claim, c in res.get("claims", {}).items():
+            ag = c["agreement"]
+            if ag:
+                worst = max(ag["worst"].items(), key=lambda kv: kv[1]["rel_err"], default=None)
+                print(f"  claim {claim} agreement on {ag['n_heads_checked']} heads (rtol "
+                      f"{ag['rtol']:g}): {'PASSED' if ag['passed'] else 'FAILED'}; worst "
+                      f"{worst[0] if worst else '-'} {worst[1]['rel_err'] if worst else 0:.2e}")
+        print("  memory (MiB): " + ", ".join(
+            f"{k}: start {v['start']:.0f} peak {v['peak']:.0f} (+{v['peak_minus_start']:.0f})"
+            for k, v in res["memory_mb"].items()))
+
+
+README_START = "<!-- bench-table:start (python -m bench.run --readme) -->"
+README_END = "<!-- bench-table:end -->"
+
+
+def readme_table(results: dict) -> str:
+    """The README's Speed table, from a bench results file: per model and claim, each stage's
+    seconds (ours / loop, CPU), the ratio, and peak memory."""
+    m = results["machine"]
+    lines = [README_START,
+             f"Measured {results.get('date_utc', '?')} UTC at commit {results.get('commit', '?')}, "
+             f"{m['cpus']} CPUs ({m.get('cpu_model', '?')}), torch/BLAS threads "
+             f"{m['threads'].get('torch')}, {results.get('repeats', 1)} run; load average before "
+             f"/ after {m['load_before'][0]} / {m['load_after'][0]}. Seconds are per-thread CPU "
+             "time (wall time on a shared machine measures the neighbours); `*` = the loop was "
+             "timed on a subset of heads and extrapolated.", ""]
+    for res in results["models"]:
+        lines += [f"**{res['model']}**: {res['n_samples']} samples, {res['n_heads_total']:,} "
+                  f"heads, N {res['tokens']['min']}–{res['tokens']['max']}, d {res['head_dim']}.",
+                  "", "| claim | stage | ours CPU s | loop CPU s | ratio CPU | ours wall s | "
+                  "ratio wall | peak RSS MiB |", "|---|---|---|---|---|---|---|---|"]
+        for row in res["stages"]:
+            if row["stage"] in ("load model", "report (records + HTML)"):
+                continue
+            star = "*" if row.get("ref_extrapolated") else ""
+            ref = f"{row['ref_cpu_s']:.1f}{star}" if row.get("ref_cpu_s") is not None else "–"
+            bold = "**" if "all heads" in row["stage"] else ""
+            lines.append(
+                f"| {row['claim']} | {bold}{row['stage']}{bold} | {_fmt(row['ours_cpu_s'])} | "
+                f"{ref} | {bold}{_fmt(row.get('ratio_cpu'), 2)}{bold} | "
+                f"{_fmt(row['ours_wall_s'])} | {_fmt(row.get('ratio_wall'), 2)} | "
+                f"{row['peak_rss_mb']:.0f} |")
+        agree = [f"V {'passed' if (res['agreement'] or {}).get('passed') else 'FAILED'}"]
+        agree += [f"{c} {'passed' if (x['agreement'] or {}).get('passed') else 'FAILED'}"
+                  for c, x in res.get("claims", {}).items()]
+        lines += ["", "Agreement with the loop (1e-6 relative): " + ", ".join(agree) + ".", ""]
+    lines.append(README_END)
+    return "\n".join(lines)
+
+
+def update_readme(results_path: Path, readme: Path = ROOT / "README.md") -> None:
+    """Replace the block between :data:`README_START` and :data:`README_END` in the README by
+    :func:`readme_table` of ``results_path``."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise SystemExit(f"{readme} has no bench table markers ({README_START!r} ... "
+                         f"{README_END!r}); add them where the table belongs")
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    table = readme_table(json.loads(results_path.read_text()))
+    readme.write_text(head + table + tail)
