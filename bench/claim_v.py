@@ -28,13 +28,12 @@ from typing import Any, Callable
 
 import torch
 
+from .claims_je import _bench_claim
 from .models import BenchModel
 from .reference import METRIC_NAMES, StageClock, reference_head
-from .timing import MIB, ROOT, RssSampler, Timers, patched
+from .timing import GRAM_FUNCTIONS, MIB, ROOT, SMALL, RssSampler, Timers, _tracking_groups, patched
 
-GRAM_FUNCTIONS = ("score_matrix", "log_normaliser", "center_gram", "undetermined_threshold")
 COMPARED = tuple(METRIC_NAMES) + tuple(f"{n}_null" for n in METRIC_NAMES) + ("mu_d",)
-SMALL = 1e-3  # below this magnitude the agreement check is absolute (rtol · SMALL)
 
 
 def _subset(total_shape: tuple[int, int, int], fraction: float, minimum: int, seed: int = 0) -> set:
@@ -84,21 +83,6 @@ def _agreement(ours: dict[tuple, dict], ref: dict[tuple, dict], rtol: float) -> 
             "passed": not failures and flag_mismatch == 0}
 
 
-def _tracking_groups(run, state: dict):
-    """``run._groups`` and a wrapper of it that notes, in ``state``, the layer, samples and heads
-    of the batch being computed (and every batch's sample count under ``"chunks"``), so the
-    recorders can key what the session's math saw by (sample, layer, head)."""
-    orig_groups = run._groups
-
-    def groups(layer):
-        for item in orig_groups(layer):
-            state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
-            state.setdefault("chunks", []).append(len(item[0]))
-            yield item
-
-    return orig_groups, groups
-
-
 def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> dict:
     import checks.gram
     import checks.p2_code
@@ -110,7 +94,6 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     from fixtures.cache import Cache
     from fixtures.session import ModelRun, RunOptions
 
-    from .claims_je import _bench_claim  # claims_je builds on this module's helpers
 
     timers = Timers()
     memory: dict[str, dict] = {}

@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .claim_v import GRAM_FUNCTIONS, SMALL, _tracking_groups
 from .reference import StageClock
-from .timing import MIB, Timers, patched
+from .timing import GRAM_FUNCTIONS, MIB, SMALL, Timers, _tracking_groups, patched
 
 
 #: Stages of claims J and E: (module, function) → stage; every one is exclusive (Timers).

@@ -174,3 +174,23 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+#: The claim-V Gram-stage functions the benches wrap (claim V and claim E time them alike).
+GRAM_FUNCTIONS = ("score_matrix", "log_normaliser", "center_gram", "undetermined_threshold")
+SMALL = 1e-3  # below this magnitude the agreement check is absolute (rtol · SMALL)
+
+
+def _tracking_groups(run, state: dict):
+    """``run._groups`` and a wrapper of it that notes, in ``state``, the layer, samples and heads
+    of the batch being computed (and every batch's sample count under ``"chunks"``), so the
+    recorders can key what the session's math saw by (sample, layer, head)."""
+    orig_groups = run._groups
+
+    def groups(layer):
+        for item in orig_groups(layer):
+            state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
+            state.setdefault("chunks", []).append(len(item[0]))
+            yield item
+
+    return orig_groups, groups

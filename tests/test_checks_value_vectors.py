@@ -511,7 +511,7 @@ def test_session_computes_the_p2_code_variant_on_its_seeded_subset_only(tmp_path
     for size in (4, 2):
         monkeypatch.setattr(checks.p2_code, "P2_CODE_SAMPLES", size)
         opts = RunOptions(n_samples=4, seed=0, cache_dir=str(tmp_path / f"cache{size}"))
-        layers[size] = ModelRun(spec, opts, Cache(opts.cache_dir))._compute_claim_v(0)
+        layers[size] = ModelRun(spec, opts, Cache(opts.cache_dir)).compute_layer("V", 0)
     chosen = checks.p2_code.p2_code_subset(4, spec.key, size=2)
     assert int(chosen.sum()) == 2
     for name, full in layers[4].items():
