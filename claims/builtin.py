@@ -11,7 +11,7 @@ repository declares its spec wherever it is defined (docs/architecture.md, "Addi
 
 from __future__ import annotations
 
-from .names import J_METRICS, V_METRICS
+from .names import J_METRICS, V_METRICS, V_P2_CODE_METRICS
 from .registry import ClaimSpec, register
 
 V = register(ClaimSpec(
@@ -23,7 +23,7 @@ V = register(ClaimSpec(
     layer_metrics="claims.claim_v:layer_metrics", code=("claims/claim_v.py",),
     metrics=V_METRICS, settings="claims.claim_v:cache_settings",
     # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
-    nonfinite_ok=("p2code_direct_cosine", "p2code_pearson", "p2code_optimal_cosine"),
+    nonfinite_ok=tuple(f"p2code_{name}" for name in V_P2_CODE_METRICS),
     report_context="report.sections.claim_v:context",
     template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py"))
 

@@ -9,14 +9,13 @@ from checks.stats import (adjust_pvalues, bootstrap_weights, excess_over_null, m
 
 from . import verdicts
 from .names import V_MEASURED
+from .names import V_P2_CODE_METRICS as P2_CODE_METRICS
 from .records import VRecord
 
 CLAIM = "claim_v"
 METRICS = V_MEASURED
 #: The metrics tested against their null (method §7): the judged ones (the overlap for its excess).
 CHANCE_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")
-#: claim V's sign-dependent metrics also computed with P2's code conventions (method §8), never judged.
-P2_CODE_METRICS = ("direct_cosine", "optimal_cosine", "pearson")
 
 
 def _undetermined_max_share() -> float:

@@ -18,6 +18,9 @@ V_MEASURED = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap", 
 V_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap",
              "subspace_overlap_excess", "direct_cosine", "pearson", "relative_frobenius",
              "allclose")
+#: Claim V's sign-dependent metrics also computed with P2's code conventions (method §8), never
+#: judged: the per-layer tensors ``p2code_<metric>`` and a record's ``p2_code`` table.
+V_P2_CODE_METRICS = ("direct_cosine", "optimal_cosine", "pearson")
 #: Claim J metrics of a layer or model record (method §3.1-§3.3).
 J_METRICS = ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share", "log10_ratio")
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from claims.names import V_METRICS
+from claims.names import V_METRICS, V_P2_CODE_METRICS
 from claims.records import Record
 
 from .. import svg
 from ..common import (LETTERS, count, fmt, head_matrix, mean, range_text, rule_marks, rules_text,
                       slug, tooltip, with_ci)
-
-#: claim V's sign-dependent metrics, exact beside P2's code conventions (method §8).
-P2_CODE_METRICS = ("direct_cosine", "optimal_cosine", "pearson")
 
 
 def chance_text(rec: Record | None, name: str) -> str:
@@ -31,7 +28,7 @@ def chance_text(rec: Record | None, name: str) -> str:
 def p2_code_rows(mrec: Record | None) -> list[dict]:
     """Exact vs P2-code values (method §8) of claim V's sign-dependent metrics, model level."""
     rows = []
-    for name in P2_CODE_METRICS:
+    for name in V_P2_CODE_METRICS:
         if mrec is None:
             break
         # on a seeded subset of samples (method §8.3) the exact column is over the same units
