@@ -35,8 +35,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-#: The record levels, finest first (a claim's ``unit`` is one of them).
-LEVELS = ("head", "layer", "model", "series")
+from .registry import UNITS
+
+#: The record levels, finest first (a claim's ``unit`` is one of them): the registry's units.
+LEVELS = UNITS
 #: The verdicts a record can carry (``claims.verdicts`` decides them).
 VERDICTS = ("supported", "refuted", "inconclusive", "undetermined")
 

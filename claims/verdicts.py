@@ -15,8 +15,10 @@ from pathlib import Path
 
 from checks.errors import defined_values
 
+from .records import VERDICTS
+
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
-SUPPORTED, REFUTED, INCONCLUSIVE, UNDETERMINED = "supported", "refuted", "inconclusive", "undetermined"
+SUPPORTED, REFUTED, INCONCLUSIVE, UNDETERMINED = VERDICTS
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
 
