@@ -17,8 +17,10 @@ import json
 import os
 from pathlib import Path
 
+from claims.names import RESULTS_SCHEMA
+
 from .atomic import atomic_write_text
-from .render import SCHEMA as RESULTS_SCHEMA
+from .render import render_report, validate_results
 
 
 def _record_key(rec: dict) -> tuple:
@@ -45,8 +47,6 @@ def _name(path: Path) -> str:
 
 def load_input(path: Path) -> dict:
     """One results.json, checked to be complete JSON in the results schema."""
-    from .render import validate_results
-
     name = _name(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -242,8 +242,6 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
 def merge_files(paths: list[Path], out_dir: Path, command: str | None = None) -> tuple[Path, Path, dict]:
     """Merge ``paths`` into ``out_dir``/results.json and report.html; nothing is written when
     the inputs are refused (MergeError) or the report cannot be rendered."""
-    from .render import render_report
-
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise MergeError(f"-o {_name(out_dir)} is a file; give a folder for results.json and "
