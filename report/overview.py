@@ -18,12 +18,7 @@ def _test_file_claims() -> dict[str, str]:
     """The claim each registered claim's test module judges, by file name (its spec's ``tests``,
     e.g. ``"claims/test_value_vectors.py"``): labels not-run node ids of a claim that left no
     record."""
-    out = {}
-    for spec in registry.all_claims():
-        path = getattr(spec, "tests", None) or spec.extra.get("tests")
-        if isinstance(path, str):
-            out[path.rsplit("/", 1)[-1]] = spec.id
-    return out
+    return {spec.tests.rsplit("/", 1)[-1]: spec.id for spec in registry.all_claims() if spec.tests}
 
 
 def _test_function(node_id: str) -> str:
