@@ -33,7 +33,7 @@ from claims.records import LEVELS, VERDICTS
 
 from .atomic import atomic_write_text
 from .common import LETTERS, VERDICT_HELP, direction, flat, fmt
-from .index import Index
+from .index import Index, spec_of
 from .overview import grid_context, not_run_groups, summary_context
 from .sections import generic
 
@@ -273,7 +273,7 @@ def claim_sections(results: dict, index: Index) -> list[dict]:
     out = []
     generic_partial = str(TEMPLATES / "sections" / "generic.html.j2")
     for number, claim in enumerate(index.claims(), start=FIRST_CLAIM_SECTION):
-        spec = next((s for s in registry.all_claims() if s.id == claim), None)
+        spec = spec_of(claim)
         if spec is not None and spec.report_context:
             context = registry.resolve(spec.report_context)(results, index, spec)
         else:
