@@ -115,11 +115,12 @@ def head_matrix(records: list[Record], layers: list[int], heads: list[int], valu
     return [[value_fn(at[(lay, h)]) if (lay, h) in at else None for h in heads] for lay in layers]
 
 
-def tooltip(rec: Record | None, text: str) -> str:
-    """A heatmap cell's hover text (the model is the heatmap's own, so it is not repeated)."""
-    if rec is None:
-        return ""
-    return f"layer {rec.layer} head {rec.head}: {text}; {rec.verdict}"
+def tooltips(records: list[Record], layers: list[int], heads: list[int], text_fn) -> list[list]:
+    """A heatmap's hover texts: ``text_fn(record)`` with the head and its verdict at (layer,
+    head), "" where there is no record (the model is the heatmap's own, so it is not repeated)."""
+    tips = head_matrix(records, layers, heads,
+                       lambda r: f"layer {r.layer} head {r.head}: {text_fn(r)}; {r.verdict}")
+    return [[t or "" for t in row] for row in tips]
 
 
 # ------------------------------------------------------------------------------------ rules

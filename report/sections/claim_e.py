@@ -9,7 +9,7 @@ from markupsafe import Markup
 from claims.names import E_ROUTES, E_STATISTICS
 
 from .. import svg
-from ..common import (LETTERS, count, fmt, head_matrix, median, rules_text, slug, tooltip,
+from ..common import (LETTERS, count, fmt, head_matrix, median, rules_text, slug, tooltips,
                       with_ci)
 
 #: The γ spreads of a head record: the learned V and its two controls, with their panel labels.
@@ -36,13 +36,12 @@ def _panels(index, model: str, head_recs: list, sid: str):
                  if key == "learned" else None)
         tips = None
         if key == "learned":  # one tooltip per head carries all three spreads
-            tips = head_matrix(head_recs, layers, heads, lambda r: tooltip(r, (
+            tips = tooltips(head_recs, layers, heads, lambda r: (
                 "relative spread learned {}, eigen {}, perturbed {}; absolute learned {}; "
                 "position {}; closer to eigen in {} of samples").format(
                 *(fmt(r.metric(k)) for k, _ in CONTROLS), fmt(r.lookup("abs", "learned")),
                 with_ci(r.metric("gamma_position"), r, "gamma_position"),
-                fmt(r.closer_to_eigen_share))))
-            tips = [[t or "" for t in row] for row in tips]
+                fmt(r.closer_to_eigen_share)))
         panels.append({"label": label, "svg": Markup(svg.heatmap(
             values, layers, heads, scale,
             f"heatmap-E-{sid}" if key == "learned" else f"heatmap-E-{key}-{sid}",

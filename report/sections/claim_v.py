@@ -11,7 +11,7 @@ from claims.records import Record
 
 from .. import svg
 from ..common import (LETTERS, count, fmt, head_matrix, mean, range_text, rule_marks, rules_text,
-                      slug, tooltip, with_ci)
+                      slug, tooltips, with_ci)
 
 
 def chance_text(rec: Record | None, name: str) -> str:
@@ -52,12 +52,11 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
     sid = slug(model)
     values = head_matrix(heads_recs, layers, heads, lambda r: r.metric("optimal_cosine"))
     marks = head_matrix(heads_recs, layers, heads, lambda r: LETTERS[r.verdict])
-    tips = head_matrix(heads_recs, layers, heads, lambda r: tooltip(
-        r, f"optimal cosine {with_ci(r.metric('optimal_cosine'), r, 'optimal_cosine')} "
-           f"(null {fmt(r.lookup('null', 'optimal_cosine'))}, above chance: "
-           f"{chance_text(r, 'optimal_cosine')}), "
-           f"{fmt(r.n_used)}/{fmt(r.n_samples)} used"))
-    tips = [[t or "" for t in row] for row in tips]
+    tips = tooltips(heads_recs, layers, heads, lambda r: (
+        f"optimal cosine {with_ci(r.metric('optimal_cosine'), r, 'optimal_cosine')} "
+        f"(null {fmt(r.lookup('null', 'optimal_cosine'))}, above chance: "
+        f"{chance_text(r, 'optimal_cosine')}), "
+        f"{fmt(r.n_used)}/{fmt(r.n_samples)} used"))
     nulls = [r.lookup("null", "optimal_cosine") for r in heads_recs]
     null_mean = mean(nulls)
     scale = svg.ColourScale(0.0, 1.0, label="optimal cosine (mean over determined samples)")
