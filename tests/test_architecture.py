@@ -46,14 +46,7 @@ STRICT_AT_EVERY_LEVEL = {"checks"}
 
 #: Function-level imports that close a circle or run against the layer order today,
 #: (importer, imported) → why they are tolerated. Add an entry only with the issue that removes it.
-ALLOWED_LAZY: dict[tuple[str, str], str] = {
-    # The results collector, the shard merge and the fault handler reach back into the plugin
-    # for its run state (the _CONFIG global and the collected-results dict); issue 15 (style
-    # guide §3 item 8: a registered ResultsCollector) removes these three.
-    ("fixtures.faults", "fixtures.plugin"): "plugin state read by the fault handler (issue 15)",
-    ("fixtures.records", "fixtures.plugin"): "plugin state read by the results records (issue 15)",
-    ("fixtures.shard", "fixtures.plugin"): "plugin state read by the shard merge (issue 15)",
-}
+ALLOWED_LAZY: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
