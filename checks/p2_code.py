@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from ._validation import check_int
 from .gram import center_gram, log_normaliser, resolve_scale, score_matrix, standardize_tokens
 from .similarity import matched_cosine
 
@@ -52,10 +53,8 @@ def p2_code_subset(n_samples: int, model: str, size: int | None = None) -> torch
     from .stats import seed_from
 
     size = P2_CODE_SAMPLES if size is None else size
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
-        raise ValueError(f"n_samples must be a non-negative int, got {n_samples!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int (samples in the subset), got {size!r}")
+    check_int(n_samples, "n_samples", min_val=0, expected="a non-negative int")
+    check_int(size, "size", min_val=1, expected="a positive int (samples in the subset)")
     mask = torch.zeros(n_samples, dtype=torch.bool)
     if n_samples <= size:
         return mask.fill_(True)
