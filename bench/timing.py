@@ -181,16 +181,32 @@ GRAM_FUNCTIONS = ("score_matrix", "log_normaliser", "center_gram", "undetermined
 SMALL = 1e-3  # below this magnitude the agreement check is absolute (rtol · SMALL)
 
 
-def _tracking_groups(run, state: dict):
-    """``run._groups`` and a wrapper of it that notes, in ``state``, the layer, samples and heads
-    of the batch being computed (and every batch's sample count under ``"chunks"``), so the
-    recorders can key what the session's math saw by (sample, layer, head)."""
-    orig_groups = run._groups
+def tracking_groups(state: dict) -> Callable:
+    """A ``make`` for :func:`patched` on ``(run, "_groups")``: the wrapper of ``run._groups`` notes,
+    in ``state``, the layer, samples and heads of the batch being computed (and every batch's
+    sample count under ``"chunks"``), so the recorders can key what the session's math saw by
+    (sample, layer, head)."""
+    def make(orig_groups):
+        def groups(layer):
+            for item in orig_groups(layer):
+                state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
+                state.setdefault("chunks", []).append(len(item[0]))
+                yield item
+        return groups
+    return make
 
-    def groups(layer):
-        for item in orig_groups(layer):
-            state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
-            state.setdefault("chunks", []).append(len(item[0]))
-            yield item
 
-    return orig_groups, groups
+def time_layers(run, claim: str, layers: list[int], targets: list, timers: Timers, sampler,
+                total: str, label: str = "") -> tuple[dict, dict]:
+    """``run.layer_metrics(claim, layer)`` for every layer with ``targets`` patched (:func:`patched`),
+    inside one memory window; the whole loop's wall and process CPU time (both threads) is added
+    to ``timers`` under ``total``. Returns (metrics by layer, the memory window)."""
+    per_layer = {}
+    with sampler.window() as mem, patched(targets):
+        w0, c0 = time.perf_counter(), time.process_time()  # process: both threads
+        for layer in layers:
+            t = time.perf_counter()
+            per_layer[layer] = run.layer_metrics(claim, layer)
+            print(f"   {label}L{layer:02d}: {time.perf_counter() - t:6.1f} s", flush=True)
+        timers.add(total, time.perf_counter() - w0, time.process_time() - c0)
+    return per_layer, mem
