@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .reference import StageClock
-from .timing import GRAM_FUNCTIONS, MIB, SMALL, Timers, time_layers, tracking_groups
+from .timing import GRAM_STAGES, MIB, SMALL, Timers, time_layers, tracking_groups
 
 
 #: Stages of claims J and E: (module, function) → stage; every one is exclusive (Timers).
@@ -21,11 +21,7 @@ J_STAGES = {("checks.projection", "log_phi_sq_norm"): "phi",
             ("checks.projection", "log_phi_sq_norm_p1_code"): "phi",
             ("checks.projection", "h_sq_norm"): "h",
             ("checks.projection", "projection_terms_batched"): "summaries"}
-E_STAGES = {**{("checks.gram", name): "gram" for name in GRAM_FUNCTIONS},
-            ("checks.gram", "sorted_eigh"): "eigen", ("checks.gram", "sorted_eigvalsh"): "eigen",
-            ("checks.gram", "top_eigh"): "eigen", ("checks.topk", "top_eigh"): "eigen",
-            ("checks.topk", "sorted_eigh"): "eigen",
-            ("checks.spectrum", "naive_gram_spectrum"): "naive",
+E_STAGES = {**GRAM_STAGES, ("checks.spectrum", "naive_gram_spectrum"): "naive",
             ("checks.gamma", "gamma_spread_batched"): "gamma"}
 
 

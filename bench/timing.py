@@ -176,8 +176,16 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-#: The claim-V Gram-stage functions the benches wrap (claim V and claim E time them alike).
-GRAM_FUNCTIONS = ("score_matrix", "log_normaliser", "center_gram", "undetermined_threshold")
+#: The Gram and eigen stages claims V and E share: (module, function) → stage. KeyGram calls
+#: checks.gram's names (top_eigh imported from checks.topk), top_eigh's full path checks.topk's
+#: sorted_eigh: both names are wrapped where they are looked up.
+GRAM_STAGES = {**{("checks.gram", name): "gram"
+                  for name in ("score_matrix", "log_normaliser", "center_gram",
+                               "undetermined_threshold")},
+               **{key: "eigen" for key in (("checks.gram", "sorted_eigh"),
+                                           ("checks.gram", "sorted_eigvalsh"),
+                                           ("checks.gram", "top_eigh"), ("checks.topk", "top_eigh"),
+                                           ("checks.topk", "sorted_eigh"))}}
 SMALL = 1e-3  # below this magnitude the agreement check is absolute (rtol · SMALL)
 
 
