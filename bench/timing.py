@@ -132,6 +132,9 @@ def set_threads(n: int) -> dict:
 
     threadpoolctl only limits libraries already loaded: scipy's own OpenBLAS is loaded first.
     """
+    # Imported for their side effect only (the native libraries they load, and the thread pools
+    # those bring, exist before threadpool_limits): scipy.linalg (BLAS/LAPACK), scipy.optimize
+    # (the assignment), scipy.spatial (bench.reference's pdist).
     import scipy.linalg  # noqa: F401
     import scipy.optimize  # noqa: F401
     import scipy.spatial  # noqa: F401
