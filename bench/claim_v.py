@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import json
 import math
 import time
@@ -31,7 +32,8 @@ import torch
 from .claims_je import _bench_claim
 from .models import BenchModel
 from .reference import METRIC_NAMES, StageClock, reference_head
-from .timing import GRAM_FUNCTIONS, MIB, ROOT, SMALL, RssSampler, Timers, _tracking_groups, patched
+from .timing import (GRAM_STAGES, MIB, ROOT, SMALL, RssSampler, Timers, patched, time_layers,
+                     tracking_groups)
 
 COMPARED = tuple(METRIC_NAMES) + tuple(f"{n}_null" for n in METRIC_NAMES) + ("mu_d",)
 
@@ -84,10 +86,8 @@ def _agreement(ours: dict[tuple, dict], ref: dict[tuple, dict], rtol: float) -> 
 
 
 def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> dict:
-    import checks.gram
     import checks.p2_code
     import checks.similarity
-    import checks.topk
     import checks.value_vectors
     from fixtures import capture_batches as capture_mod
     from fixtures import models as models_mod
@@ -132,8 +132,6 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     # ---- ours: claim V, every layer, through the session (fresh cache: nothing reused)
     recorded: dict[tuple, tuple] = {}
     state: dict[str, Any] = {}
-    orig_groups, groups = _tracking_groups(run, state)
-    run._groups = groups
 
     def recording(orig):
         def call(k, v, **kw):
@@ -151,26 +149,14 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     def timed(stage: str) -> Callable:  # make(original) → original timed under ``stage``
         return functools.partial(timers.wrap, stage)
 
-    targets = [(checks.gram, name, timed("gram")) for name in GRAM_FUNCTIONS]
-    # KeyGram calls checks.gram's names (top_eigh imported from checks.topk), top_eigh's full
-    # path checks.topk's sorted_eigh: both names are wrapped where they are looked up
-    targets += [(checks.gram, "sorted_eigh", timed("eigen")),
-                (checks.gram, "top_eigh", timed("eigen")),
-                (checks.topk, "top_eigh", timed("eigen")),
-                (checks.topk, "sorted_eigh", timed("eigen")),
-                (checks.p2_code, "p2_code_metrics_on", timed("p2code")),
+    targets = [(importlib.import_module(mod), name, timed(stage))
+               for (mod, name), stage in GRAM_STAGES.items()]
+    targets += [(checks.p2_code, "p2_code_metrics_on", timed("p2code")),
                 (checks.similarity, "optimal_matching", timed("assignment")),
-                (checks.value_vectors, "value_vector_metrics_batched", recording)]
-    per_layer = {}
-    with sampler.window() as mem, patched(targets):
-        w0, c0 = time.perf_counter(), time.process_time()  # process: both threads
-        for layer in layers:
-            t = time.perf_counter()
-            per_layer[layer] = run.layer_metrics("V", layer)
-            print(f"   L{layer:02d}: {time.perf_counter() - t:6.1f} s", flush=True)
-        timers.add("claim_v", time.perf_counter() - w0, time.process_time() - c0)
-    run._groups = orig_groups
-    memory["claim_v"] = mem
+                (checks.value_vectors, "value_vector_metrics_batched", recording),
+                (run, "_groups", tracking_groups(state))]
+    per_layer, memory["claim_v"] = time_layers(run, "V", layers, targets, timers, sampler,
+                                               "claim_v")
 
     # ---- reference on the subset, fed the inputs our path received
     clock, ref_results = StageClock(), {}

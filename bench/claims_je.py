@@ -8,14 +8,12 @@ subset of heads, with every compared quantity's agreement checked (:func:`_agree
 
 from __future__ import annotations
 
-import functools
-import time
 from typing import Any
 
 import numpy as np
 
 from .reference import StageClock
-from .timing import GRAM_FUNCTIONS, MIB, SMALL, Timers, _tracking_groups, patched
+from .timing import GRAM_STAGES, MIB, SMALL, Timers, time_layers, tracking_groups
 
 
 #: Stages of claims J and E: (module, function) → stage; every one is exclusive (Timers).
@@ -23,11 +21,7 @@ J_STAGES = {("checks.projection", "log_phi_sq_norm"): "phi",
             ("checks.projection", "log_phi_sq_norm_p1_code"): "phi",
             ("checks.projection", "h_sq_norm"): "h",
             ("checks.projection", "projection_terms_batched"): "summaries"}
-E_STAGES = {**{("checks.gram", name): "gram" for name in GRAM_FUNCTIONS},
-            ("checks.gram", "sorted_eigh"): "eigen", ("checks.gram", "sorted_eigvalsh"): "eigen",
-            ("checks.gram", "top_eigh"): "eigen", ("checks.topk", "top_eigh"): "eigen",
-            ("checks.topk", "sorted_eigh"): "eigen",
-            ("checks.spectrum", "naive_gram_spectrum"): "naive",
+E_STAGES = {**GRAM_STAGES, ("checks.spectrum", "naive_gram_spectrum"): "naive",
             ("checks.gamma", "gamma_spread_batched"): "gamma"}
 
 
@@ -44,7 +38,6 @@ def _bench_claim(claim: str, run, info: dict, layers: list[int], subset: set, sa
     stages = J_STAGES if claim == "J" else E_STAGES
     recorded: dict[tuple, tuple] = {}
     state: dict[str, Any] = {}
-    orig_groups, groups = _tracking_groups(run, state)
 
     def record(q, k, v, extra=None):
         first = state["heads"].start or 0
@@ -80,19 +73,9 @@ def _bench_claim(claim: str, run, info: dict, layers: list[int], subset: set, sa
     if claim == "E":
         targets.append((importlib.import_module("checks.gamma"), "perturbed_axes",
                         make("", "perturbed_axes")))
-    compute = functools.partial(run.layer_metrics, claim)
-    per_layer = {}
-    run._groups = groups
-    try:
-        with sampler.window() as mem, patched(targets):
-            w0, c0 = time.perf_counter(), time.process_time()
-            for layer in layers:
-                t = time.perf_counter()
-                per_layer[layer] = compute(layer)
-                print(f"   claim {claim} L{layer:02d}: {time.perf_counter() - t:6.1f} s", flush=True)
-            timers.add("total", time.perf_counter() - w0, time.process_time() - c0)
-    finally:
-        run._groups = orig_groups
+    targets.append((run, "_groups", tracking_groups(state)))
+    per_layer, mem = time_layers(run, claim, layers, targets, timers, sampler, "total",
+                                 label=f"claim {claim} ")
     clock, ref = StageClock(), {}
     for key in sorted(recorded):
         q, k, v, extra = recorded[key]

@@ -39,11 +39,14 @@ KINDS = ("v_hat", "null", "p2code")
 def collect(spec, n_samples: int, layer: int, workdir: Path, images: str | None = None
             ) -> tuple[dict[str, list[torch.Tensor]], list[tuple[torch.Tensor, int]]]:
     """({kind: [cosine matrices [H, N, N]]}, [(centred Gram [b, h, N, N], d)]) of one layer."""
+    import checks.gram
     import checks.p2_code
     import checks.topk
     import checks.value_vectors
     from fixtures.cache import Cache
     from fixtures.session import ModelRun, RunOptions
+
+    from .timing import patched
 
     options = RunOptions(images=images, n_samples=n_samples, seed=0,
                          cache_dir=str(workdir / "solver-cache"))
@@ -51,37 +54,35 @@ def collect(spec, n_samples: int, layer: int, workdir: Path, images: str | None 
     run.prepare()
     cos: dict[str, list[torch.Tensor]] = defaultdict(list)
     grams: list[tuple[torch.Tensor, int]] = []
-    saved = (checks.value_vectors.value_vector_metrics_batched, checks.p2_code.p2_code_metrics,
-             checks.topk.top_eigh)
 
-    def vvmb(k, v, **kw):
-        out = saved[0](k, v, **kw)
-        for c in out["cosine_matrices"][0]:
-            cos["v_hat"].append(c.clone())
-        for c in out["cosine_matrices"][1]:
-            cos["null"].append(c.clone())
-        return out
+    def vvmb(orig):
+        def call(k, v, **kw):
+            out = orig(k, v, **kw)
+            for c in out["cosine_matrices"][0]:
+                cos["v_hat"].append(c.clone())
+            for c in out["cosine_matrices"][1]:
+                cos["null"].append(c.clone())
+            return out
+        return call
 
-    def p2(k, v, *a, **kw):
-        out = saved[1](k, v, *a, **kw)
-        cos["p2code"].extend(c.clone() for c in out["cosine_matrix"])
-        return out
+    def p2(orig):
+        def call(k, v, *a, **kw):
+            out = orig(k, v, *a, **kw)
+            cos["p2code"].extend(c.clone() for c in out["cosine_matrix"])
+            return out
+        return call
 
-    def top(matrix, m, *a, **kw):
-        grams.append((matrix.detach().clone(), m))
-        return saved[2](matrix, m, *a, **kw)
+    def top(orig):
+        def call(matrix, m, *a, **kw):
+            grams.append((matrix.detach().clone(), m))
+            return orig(matrix, m, *a, **kw)
+        return call
 
-    checks.value_vectors.value_vector_metrics_batched, checks.p2_code.p2_code_metrics = vvmb, p2
-    checks.topk.top_eigh = top
-    import checks.gram
-    gram_top = checks.gram.top_eigh
-    checks.gram.top_eigh = top
-    try:
+    # KeyGram looks top_eigh up in checks.gram (imported from checks.topk): both names wrapped
+    with patched([(checks.value_vectors, "value_vector_metrics_batched", vvmb),
+                  (checks.p2_code, "p2_code_metrics", p2),
+                  (checks.topk, "top_eigh", top), (checks.gram, "top_eigh", top)]):
         run.layer_metrics("V", layer)
-    finally:
-        checks.value_vectors.value_vector_metrics_batched, checks.p2_code.p2_code_metrics, \
-            checks.topk.top_eigh = saved
-        checks.gram.top_eigh = gram_top
     return dict(cos), grams
 
 

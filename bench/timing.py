@@ -132,6 +132,9 @@ def set_threads(n: int) -> dict:
 
     threadpoolctl only limits libraries already loaded: scipy's own OpenBLAS is loaded first.
     """
+    # Imported for their side effect only (the native libraries they load, and the thread pools
+    # those bring, exist before threadpool_limits): scipy.linalg (BLAS/LAPACK), scipy.optimize
+    # (the assignment), scipy.spatial (bench.reference's pdist).
     import scipy.linalg  # noqa: F401
     import scipy.optimize  # noqa: F401
     import scipy.spatial  # noqa: F401
@@ -176,21 +179,45 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-#: The claim-V Gram-stage functions the benches wrap (claim V and claim E time them alike).
-GRAM_FUNCTIONS = ("score_matrix", "log_normaliser", "center_gram", "undetermined_threshold")
+#: The Gram and eigen stages claims V and E share: (module, function) → stage. KeyGram calls
+#: checks.gram's names (top_eigh imported from checks.topk), top_eigh's full path checks.topk's
+#: sorted_eigh: both names are wrapped where they are looked up.
+GRAM_STAGES = {**{("checks.gram", name): "gram"
+                  for name in ("score_matrix", "log_normaliser", "center_gram",
+                               "undetermined_threshold")},
+               **{key: "eigen" for key in (("checks.gram", "sorted_eigh"),
+                                           ("checks.gram", "sorted_eigvalsh"),
+                                           ("checks.gram", "top_eigh"), ("checks.topk", "top_eigh"),
+                                           ("checks.topk", "sorted_eigh"))}}
 SMALL = 1e-3  # below this magnitude the agreement check is absolute (rtol · SMALL)
 
 
-def _tracking_groups(run, state: dict):
-    """``run._groups`` and a wrapper of it that notes, in ``state``, the layer, samples and heads
-    of the batch being computed (and every batch's sample count under ``"chunks"``), so the
-    recorders can key what the session's math saw by (sample, layer, head)."""
-    orig_groups = run._groups
+def tracking_groups(state: dict) -> Callable:
+    """A ``make`` for :func:`patched` on ``(run, "_groups")``: the wrapper of ``run._groups`` notes,
+    in ``state``, the layer, samples and heads of the batch being computed (and every batch's
+    sample count under ``"chunks"``), so the recorders can key what the session's math saw by
+    (sample, layer, head)."""
+    def make(orig_groups):
+        def groups(layer):
+            for item in orig_groups(layer):
+                state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
+                state.setdefault("chunks", []).append(len(item[0]))
+                yield item
+        return groups
+    return make
 
-    def groups(layer):
-        for item in orig_groups(layer):
-            state["layer"], state["chunk"], state["heads"] = layer, list(item[0]), item[1]
-            state.setdefault("chunks", []).append(len(item[0]))
-            yield item
 
-    return orig_groups, groups
+def time_layers(run, claim: str, layers: list[int], targets: list, timers: Timers, sampler,
+                total: str, label: str = "") -> tuple[dict, dict]:
+    """``run.layer_metrics(claim, layer)`` for every layer with ``targets`` patched (:func:`patched`),
+    inside one memory window; the whole loop's wall and process CPU time (both threads) is added
+    to ``timers`` under ``total``. Returns (metrics by layer, the memory window)."""
+    per_layer = {}
+    with sampler.window() as mem, patched(targets):
+        w0, c0 = time.perf_counter(), time.process_time()  # process: both threads
+        for layer in layers:
+            t = time.perf_counter()
+            per_layer[layer] = run.layer_metrics(claim, layer)
+            print(f"   {label}L{layer:02d}: {time.perf_counter() - t:6.1f} s", flush=True)
+        timers.add(total, time.perf_counter() - w0, time.process_time() - c0)
+    return per_layer, mem

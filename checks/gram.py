@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from ._validation import check_int, check_ndim
 from .eigen import fix_signs, sorted_eigh, sorted_eigvalsh  # noqa: F401  (part of this API)
 from .errors import check_finite
 from .topk import top_eigh
@@ -174,8 +175,7 @@ class KeyGram:
     def __init__(self, k: torch.Tensor, scale: float | None = None, standardize: bool = False,
                  dtype: torch.dtype = DEFAULT_DTYPE, top: int | None = None,
                  eigen_method: str = "auto", eigenvectors: bool = True):
-        if k.ndim < 2:
-            raise ValueError(f"keys must have shape [..., N, d], got {tuple(k.shape)}")
+        check_ndim(k, "keys")
         n, d = k.shape[-2], k.shape[-1]
         self.n, self.d = n, d
         self.scale = resolve_scale(d, scale)
@@ -197,8 +197,8 @@ class KeyGram:
         check_finite(unit_centred, "centred Gram matrix")
         peak = torch.exp(log_peak)
         self._unit, self._unit_centred, self._peak = unit, unit_centred, peak
-        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
-            raise ValueError(f"top must be a positive int (eigenpairs to keep), got {top!r}")
+        check_int(top, "top", min_val=1, allow_none=True,
+                  expected="a positive int (eigenpairs to keep)")
         if not eigenvectors:  # eigenvalues only (claim E's routes): no eigenvector work at all
             mu = sorted_eigvalsh(unit_centred, None if top is None else min(top, n))
             self.eigenvectors = None

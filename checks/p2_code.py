@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import torch
 
+from ._validation import check_int
 from .gram import center_gram, log_normaliser, resolve_scale, score_matrix, standardize_tokens
 from .similarity import matched_cosine
+from .value_vectors import _pad_columns
 
 #: P2's code: the epsilon added to row norms before a cosine or Pearson correlation.
 ROW_NORM_EPS = 1e-8
@@ -52,10 +54,8 @@ def p2_code_subset(n_samples: int, model: str, size: int | None = None) -> torch
     from .stats import seed_from
 
     size = P2_CODE_SAMPLES if size is None else size
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
-        raise ValueError(f"n_samples must be a non-negative int, got {n_samples!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int (samples in the subset), got {size!r}")
+    check_int(n_samples, "n_samples", min_val=0, expected="a non-negative int")
+    check_int(size, "size", min_val=1, expected="a positive int (samples in the subset)")
     mask = torch.zeros(n_samples, dtype=torch.bool)
     if n_samples <= size:
         return mask.fill_(True)
@@ -124,10 +124,7 @@ def p2_code_values(k: torch.Tensor, scale: float | None = None,
     axes = torch.gather(vecs, -1, order.unsqueeze(-2).expand(*vecs.shape[:-1], order.shape[-1]))
     g_inv = torch.exp(-log_g).to(torch.float32).unsqueeze(-1)
     v_hat = g_inv * axes - g_inv * axes.mean(dim=-2, keepdim=True)  # G A − G 1_N A
-    if v_hat.shape[-1] < d:
-        pad = torch.zeros(*v_hat.shape[:-1], d - v_hat.shape[-1], dtype=v_hat.dtype)
-        v_hat = torch.cat([v_hat, pad], dim=-1)
-    return v_hat, log_g
+    return _pad_columns(v_hat, d), log_g
 
 
 def p2_code_metrics(k: torch.Tensor, v: torch.Tensor, scale: float | None = None,

@@ -69,8 +69,8 @@ def bootstrap_weights(n: int, seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -
     :func:`bootstrap_indices` (same seed, same resamples), so that a resampled sum is one matrix
     product ``weights @ values`` instead of a gather of [resamples, n, metrics]."""
     idx = bootstrap_indices(n, seed, resamples)
-    weights = torch.zeros(idx.shape[0], max(int(n), 1), dtype=torch.float64)
-    return weights.scatter_add_(1, idx, torch.ones_like(idx, dtype=torch.float64))[:, :max(int(n), 0) or 1]
+    weights = torch.zeros(idx.shape, dtype=torch.float64)
+    return weights.scatter_add_(1, idx, torch.ones_like(idx, dtype=torch.float64))
 
 
 def percentile_interval(draws: torch.Tensor, level: float = 0.95) -> torch.Tensor:

@@ -27,6 +27,7 @@ import warnings
 
 import torch
 
+from ._validation import check_int
 from .errors import check_finite
 from .eigen import fix_signs, sorted_eigh
 
@@ -84,18 +85,14 @@ def _validate(matrix: torch.Tensor, m: int, method: str, tol: float, max_iter: i
     if not matrix.is_floating_point():
         raise ValueError(f"matrix must be floating point, got {matrix.dtype}")
     n = matrix.shape[-1]
-    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= n:
-        raise ValueError(f"m must be an int with 1 <= m <= N = {n}, got {m!r}")
+    check_int(m, "m", min_val=1, max_val=n, expected=f"an int with 1 <= m <= N = {n}")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
     if not (isinstance(tol, (int, float)) and tol > 0 and math.isfinite(tol)):
         raise ValueError(f"tol must be a positive finite number, got {tol!r}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive int, got {max_iter!r}")
-    if isinstance(oversample, bool) or not isinstance(oversample, int) or oversample < 0:
-        raise ValueError(f"oversample must be a non-negative int, got {oversample!r}")
-    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
-        raise ValueError(f"degree must be a positive int, got {degree!r}")
+    check_int(max_iter, "max_iter", min_val=1)
+    check_int(oversample, "oversample", min_val=0, expected="a non-negative int")
+    check_int(degree, "degree", min_val=1)
     check_finite(matrix, "matrix")
 
 
