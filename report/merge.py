@@ -31,7 +31,7 @@ def _record_key(rec: dict) -> tuple:
 
 #: Top-level fields the merge builds itself; any other field is kept when every input agrees.
 _BUILT = ("schema", "provenance", "options", "thresholds", "models", "records", "not_run",
-          "complete", "exit_status", "summary", "durations", "errors")
+          "complete", "exit_status", "summary", "durations", "errors", "instrument_failures")
 #: Provenance fields that must be equal across the inputs (code and numerics).
 _SAME_PROVENANCE = ("git_commit", "dtype")
 
@@ -228,6 +228,9 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
     durations = {k: v for _, d in inputs for k, v in (d.get("durations") or {}).items()}
     if durations or any("durations" in d for _, d in inputs):
         merged["durations"] = dict(sorted(durations.items()))
+    failures = [e for _, d in inputs for e in d.get("instrument_failures", [])]
+    if failures:  # controls that got a verdict they cannot have (method §12)
+        merged["instrument_failures"] = failures
     errors = [e for _, d in inputs for e in d.get("errors", [])]
     if errors:
         merged["errors"] = errors

@@ -35,7 +35,7 @@ from .atomic import atomic_write_text
 from .common import LETTERS, VERDICT_HELP, direction, flat, fmt
 from .index import Index, spec_of
 from .overview import grid_context, not_run_groups, summary_context
-from .sections import generic
+from .sections import controls, generic
 
 TEMPLATES = Path(__file__).with_name("templates")
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -267,12 +267,13 @@ def _partial(path: str) -> jinja2.Template:
     return _environment().from_string(text)
 
 
-def claim_sections(results: dict, index: Index) -> list[dict]:
-    """One section per claim of :meth:`Index.claims`, numbered from :data:`FIRST_CLAIM_SECTION`:
-    its spec's ``report_context`` and ``template``, else the generic section."""
+def claim_sections(results: dict, index: Index, first: int = FIRST_CLAIM_SECTION) -> list[dict]:
+    """One section per claim of :meth:`Index.claims`, numbered from ``first``
+    (:data:`FIRST_CLAIM_SECTION`, one more after a Controls section): its spec's
+    ``report_context`` and ``template``, else the generic section."""
     out = []
     generic_partial = str(TEMPLATES / "sections" / "generic.html.j2")
-    for number, claim in enumerate(index.claims(), start=FIRST_CLAIM_SECTION):
+    for number, claim in enumerate(index.claims(), start=first):
         spec = spec_of(claim)
         if spec is not None and spec.report_context:
             context = registry.resolve(spec.report_context)(results, index, spec)
@@ -287,10 +288,16 @@ def claim_sections(results: dict, index: Index) -> list[dict]:
 
 
 def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
-    """Everything the template shows, computed from a validated results dict."""
+    """Everything the template shows, computed from a validated results dict. The controls'
+    records (method §12) make the Controls section; the summary, the grid and the claim sections
+    show the models under test only; the provenance lists every model."""
+    full_index = Index(results)
+    control_section = controls.context(results)
+    results, _ = controls.split(results)
     index = Index(results)
     not_run = not_run_groups(index)
-    sections = claim_sections(results, index)
+    first = FIRST_CLAIM_SECTION + (1 if control_section else 0)
+    sections = claim_sections(results, index, first)
     return {
         "title": "Self-attention as kernel PCA: a reproducibility report",
         "date": results["provenance"].get("date", "not recorded"),
@@ -298,14 +305,16 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
         "not_run": not_run, "n_not_run": len(results["not_run"]),
         "summary": summary_context(results, index),
         "gate": gate_context(results),
+        "controls": control_section,
+        "grid_number": first - 1,
         "grid": grid_context(results, index, not_run),
         "series_rows": [{"name": r.model, "claim": r.claim, "verdict": r.verdict,
                          "n": len(r.series or []) if hasattr(r, "series") else 0}
                         for r in index.series()],
         "claim_sections": sections,
-        "thresholds_number": FIRST_CLAIM_SECTION + len(sections),
+        "thresholds_number": first + len(sections),
         "thresholds": threshold_sections(results["thresholds"], method_url),
-        "provenance": provenance_context(results, index),
+        "provenance": provenance_context(results, full_index),
         "verdicts": [(v, LETTERS[v], VERDICT_HELP[v]) for v in VERDICTS],
     }
 

@@ -1,0 +1,285 @@
+"""The control ladder (method §12): the kpca-oracle family against float64 references, its
+function-preserving twins, its negatives, the expected verdicts and what a run does with a control
+whose verdict is not the expected one (exit 8, its own terminal line, a fault entry, headline
+counts without controls)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from checks.gram import KeyGram
+from claims.records import VERDICTS
+from fixtures import controls, registry
+from fixtures.capture import capture_qkv
+from fixtures.families import kpca_oracle as oracle
+from fixtures.models import load_model
+from fixtures.state import EXIT_INSTRUMENT_FAILURE
+from fixtures.terminal import control_lines, verdict_table
+from report.summary import summary
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["pytester"]
+F64 = torch.float64
+
+
+def _images(n: int = 3, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, oracle.IMAGE_SIZE, oracle.IMAGE_SIZE, generator=gen, dtype=F64)
+
+
+def _layer0_input(model: oracle.OracleViT, images: torch.Tensor) -> torch.Tensor:
+    x = model.patch_embed(images).flatten(2).transpose(1, 2)
+    x = torch.cat([model.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + model.pos_embed
+    return model.blocks[0].norm1(x)
+
+
+def _numpy_kpca_values(k: np.ndarray, scale: float, d: int) -> np.ndarray:
+    """V̂ of one head in the kpca convention (method §1.2–§1.4), independently in NumPy float64:
+    log-space K_φ, centring by H·K_φ·H, numpy.linalg.eigh, largest-magnitude entry positive."""
+    n = k.shape[0]
+    s = scale * k @ k.T
+    log_g = np.log(np.exp(s - s.max(axis=1, keepdims=True)).sum(axis=1)) + s.max(axis=1)
+    k_phi = np.exp(s - log_g[:, None] - log_g[None, :])
+    h = np.eye(n) - np.ones((n, n)) / n
+    mu, a = np.linalg.eigh(h @ k_phi @ h)
+    mu, a = mu[::-1][:d], a[:, ::-1][:, :d]
+    a = a * np.sign(a[np.abs(a).argmax(axis=0), np.arange(d)])
+    return (h @ a) / np.exp(log_g)[:, None] / np.sqrt(mu)[None, :]
+
+
+# ------------------------------------------------------------------------------ the oracle
+def test_oracle_values_are_the_suites_kpca_values_exactly_in_float64():
+    model = oracle.build_oracle("vhat", 0)
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        x = _layer0_input(model, _images())
+        _, k = attn.keys(x)
+        v = attn.values(x, k)
+    assert v.dtype == F64 and v.shape == (3, oracle.N_HEADS, oracle.N_TOKENS, oracle.HEAD_DIM)
+    # the suite's own V̂ (checks/), exactly: same keys, same function, no tolerance
+    assert torch.equal(v, KeyGram(k, scale=attn.scale, top=oracle.HEAD_DIM).kpca_values("kpca"))
+    # an independent route (NumPy, the full eigendecomposition) to 1e-9 relative
+    for b in range(3):
+        for h in range(oracle.N_HEADS):
+            ref = _numpy_kpca_values(k[b, h].numpy(), attn.scale, oracle.HEAD_DIM)
+            assert np.abs(v[b, h].numpy() - ref).max() <= 1e-9 * np.abs(ref).max()
+    # keys are standardised per token and already float32 values (what the capture stores)
+    assert torch.equal(k, k.float().double())
+    assert float(k.mean(-1).abs().max()) < 1e-6
+
+
+def test_capture_records_the_keys_and_values_the_oracle_used():
+    loaded = load_model(registry.REGISTRY["kpca-oracle"])
+    out = capture_qkv(loaded, _images(2).float())
+    assert out["v"].shape == (2, 2, oracle.N_HEADS, oracle.N_TOKENS, oracle.HEAD_DIM)
+    assert out["standardized_qk"] is True
+    k = out["k"].double()  # float32 keys, exactly those the model used
+    v_hat = KeyGram(k, scale=loaded.scale, top=oracle.HEAD_DIM).kpca_values("kpca")
+    assert torch.allclose(out["v"].double(), v_hat, rtol=1e-6, atol=1e-7 * float(v_hat.abs().max()))
+    assert loaded.scale == oracle.HEAD_DIM ** -0.5
+
+
+TWINS = ("rotated", "mixed-cond10", "mixed-cond100", "mixed-cond1000", "scaled-10", "scaled-100",
+         "scaled-1000", "signs", "permuted")
+
+
+def test_function_preserving_twins_compute_the_same_network_as_vhat():
+    images = _images(2, seed=1)
+    with torch.no_grad():
+        ref = oracle.build_oracle("vhat", 0).features(images)
+        ref_logits = oracle.build_oracle("vhat", 0)(images)
+        for name in TWINS:
+            twin = oracle.build_oracle(name, 0)
+            out = twin.features(images)
+            assert float((out - ref).abs().max()) <= 1e-10 * float(ref.abs().max()), name
+            assert torch.allclose(twin(images), ref_logits, rtol=0, atol=1e-10), name
+        # the check can fail: values that are not a twin change the output far beyond it
+        for name in ("noise-1pct", "null", "random-init"):
+            out = oracle.build_oracle(name, 0).features(images)
+            assert float((out - ref).abs().max()) > 1e-6 * float(ref.abs().max()), name
+
+
+def test_twins_values_are_vhat_times_their_matrix():
+    images = _images(2, seed=2)
+    with torch.no_grad():
+        base = oracle.build_oracle("vhat", 0)
+        x = _layer0_input(base, images)
+        _, k = base.blocks[0].attn.keys(x)
+        v_hat = base.blocks[0].attn.values(x, k)
+        for name, check in (("rotated", "orthogonal"), ("mixed-cond100", 100.0),
+                            ("mixed-cond1000", 1000.0), ("scaled-100", "scale"),
+                            ("signs", "signs"), ("permuted", "permutation")):
+            attn = oracle.build_oracle(name, 0).blocks[0].attn
+            assert torch.equal(attn.keys(x)[1], k), name  # same base weights: same keys
+            mix = attn.mix
+            assert torch.allclose(attn.values(x, k), v_hat @ mix, rtol=0, atol=1e-15), name
+            eye = torch.eye(oracle.HEAD_DIM, dtype=F64).expand_as(mix)
+            if check == "orthogonal":
+                assert torch.allclose(mix @ mix.transpose(-1, -2), eye, atol=1e-12)
+            elif check == "scale":
+                assert torch.equal(mix, 100.0 * eye)
+            elif check == "signs":
+                assert torch.equal(mix.abs(), eye)
+                assert (torch.diagonal(mix, dim1=-2, dim2=-1) < 0).sum(-1).tolist() == \
+                    [oracle.HEAD_DIM // 2] * oracle.N_HEADS
+            elif check == "permutation":
+                assert torch.equal(mix.sum(-1), torch.ones(oracle.N_HEADS, oracle.HEAD_DIM, dtype=F64))
+                assert float(torch.diagonal(mix, dim1=-2, dim2=-1).abs().sum()) == 0.0
+            else:
+                assert torch.allclose(torch.linalg.cond(mix), torch.full((oracle.N_HEADS,), check,
+                                                                          dtype=F64), rtol=1e-8)
+
+
+def test_negative_controls_values_do_not_depend_on_the_keys():
+    with torch.no_grad():
+        null = oracle.build_oracle("null", 0).blocks[0].attn
+        x1 = _layer0_input(oracle.build_oracle("null", 0), _images(2, seed=3))
+        x2 = _layer0_input(oracle.build_oracle("null", 0), _images(2, seed=4))
+        k1, k2 = null.keys(x1)[1], null.keys(x2)[1]
+        assert not torch.allclose(k1, k2)
+        v1, v2 = null.values(x1, k1), null.values(x2, k2)
+        assert torch.equal(v1, v2) and torch.equal(v1[0], null.null_values)
+        # its entries are Gaussian with the variance of an initialised value projection
+        assert abs(float(null.null_values.var()) - oracle.NULL_VARIANCE) < 0.05
+        rand = oracle.build_oracle("random-init", 0).blocks[0].attn
+        v = rand.values(x1, k1)
+        assert torch.equal(v, rand._split(rand.v(x1)))  # X·W_V: a function of X, not of V̂
+        # V = X·W_V stays the same when the key projection changes; V̂ does not
+        rand.k.weight.add_(0.5)
+        assert torch.equal(rand.values(x1, rand.keys(x1)[1]), v)
+
+
+# ------------------------------------------------------------------------------ expectations
+def test_every_ladder_member_is_registered_in_the_controls_group_with_expectations():
+    keys = [spec.key for spec in registry.group_members("controls")]
+    assert keys == [controls.ladder_key(name) for name in oracle.MEMBERS]
+    assert set(controls.LADDER) == set(oracle.MEMBERS)
+    default = {spec.key for spec in registry.group_members("default")}
+    assert set(keys) <= default
+    for key in keys:
+        spec = registry.REGISTRY[key]
+        assert spec.control and spec.family == "kpca-oracle"
+        assert (spec.n_layers, spec.n_heads, spec.head_dim) == (2, 4, 8)
+        control = controls.control_of(key)
+        assert control.role in controls.ROLES
+        for unit in controls.UNITS:
+            exp = control.expectation(*unit)
+            assert set(exp.verdicts) <= set(VERDICTS) and exp.why
+    for key in ("control-vit_tiny_patch16_224", "control-bert-minilm-shape"):
+        assert controls.control_of(key).role == "negative"
+        assert controls.control_of(key).expectation("V", "head").verdicts == ("refuted",)
+    assert controls.control_of("all-MiniLM-L6-v2") is None
+
+
+def test_positive_controls_expect_support_and_negatives_refutation():
+    for name, (role, _, _) in controls.LADDER.items():
+        control = controls.control_of(controls.ladder_key(name))
+        if role == "positive":
+            assert all(control.expectation(*u).verdicts == ("supported",) for u in controls.UNITS)
+        elif role == "negative":
+            for unit in (("V", "head"), ("V", "model"), ("E", "head")):
+                assert control.expectation(*unit).verdicts == ("refuted",)
+            assert "supported" not in control.expectation("J", "layer").verdicts
+    assert {"vhat", "rotated", "mixed-cond1000", "scaled-1000", "signs", "permuted"} <= {
+        n for n, (role, _, _) in controls.LADDER.items() if role == "positive"}
+    assert {n for n, (role, _, _) in controls.LADDER.items() if role == "negative"} == {
+        "null", "random-init"}
+
+
+# ------------------------------------------------------------------------------ plumbing
+def _record(model, verdict, claim="V", level="head", layer=0, head=0, ours=None):
+    return {"claim": claim, "level": level, "model": model, "layer": layer, "head": head,
+            "verdict": verdict, "verdicts": {"p2": verdict, "ours": ours or verdict},
+            "outcome": "passed", "test_id": f"t[{model}-{layer}-{head}]"}
+
+
+def test_annotate_records_role_and_expected_verdict_beside_the_verdict():
+    assert controls.annotate(_record("all-MiniLM-L6-v2", "refuted"), "all-MiniLM-L6-v2") == \
+        _record("all-MiniLM-L6-v2", "refuted")
+    ok = controls.annotate(_record("kpca-oracle-null", "refuted"), "kpca-oracle-null")
+    assert ok["control"] == "negative"
+    assert ok["expected"] == {"verdict": "refuted", "verdicts": ["refuted"], "rules": "ours",
+                              "got": "refuted", "met": True, "why": ok["expected"]["why"]}
+    # the expectation is stated for 'ours', whatever --rules chose as the record's verdict
+    bad = controls.annotate(_record("kpca-oracle", "supported", ours="inconclusive"), "kpca-oracle")
+    assert bad["expected"]["got"] == "inconclusive" and bad["expected"]["met"] is False
+    assert controls.instrument_failed(bad) and not controls.instrument_failed(ok)
+    dose = controls.annotate(_record("kpca-oracle-noise-20pct", "refuted"), "kpca-oracle-noise-20pct")
+    assert dose["expected"]["met"] is None and dose["control"] == "dose-response"
+    entry = controls.failure_entry({**bad, "test_id": "test_value_vectors[kpca-oracle-L00-H0]"})
+    assert entry["kind"] == "instrument" and entry["expected"] == "supported"
+    assert entry["got"] == "inconclusive" and entry["role"] == "positive"
+    assert entry["error"] == ("INSTRUMENT FAILURE: claim V kpca-oracle-L00-H0 (positive control): "
+                              "expected supported under 'ours', got inconclusive")
+
+
+def test_headline_counts_and_verdict_table_exclude_controls():
+    records = [_record("m", "refuted"), _record("m", "supported", head=1),
+               controls.annotate(_record("kpca-oracle-null", "refuted"), "kpca-oracle-null"),
+               controls.annotate(_record("kpca-oracle", "inconclusive"), "kpca-oracle"),
+               controls.annotate(_record("kpca-oracle-noise-20pct", "refuted"),
+                                 "kpca-oracle-noise-20pct")]
+    counts = summary(records, [])
+    assert counts["records"] == 2
+    assert counts["verdicts"] == {"V": {"head": {"refuted": 1, "supported": 1}}}
+    assert counts["controls"] == {
+        "negative": {"records": 1, "as_expected": 1, "instrument_failures": 0, "no_expectation": 0},
+        "positive": {"records": 1, "as_expected": 0, "instrument_failures": 1, "no_expectation": 0},
+        "dose-response": {"records": 1, "as_expected": 0, "instrument_failures": 0,
+                          "no_expectation": 1}}
+    table = "\n".join(verdict_table([r for r in records if not controls.is_control(r)]))
+    assert "kpca-oracle" not in table and "2 heads: 1 supported, 1 refuted" in table
+    lines = control_lines([r for r in records if controls.is_control(r)])
+    assert lines[0].startswith("kpca-claims controls (not counted above)")
+    assert "  negative: 1 models, 1 records: 1 as expected, 0 instrument failures" in lines
+    assert lines[-1].startswith("INSTRUMENT FAILURE: claim V kpca-oracle-L00-H0")
+    assert summary(records[:2], []).get("controls") is None
+
+
+# ------------------------------------------------------------------------------ end to end
+WRONG_EXPECTATION = '''
+from fixtures import controls
+
+# a deliberately wrong expectation: V̂'s γ heads are supported by construction (and today)
+_c = controls.CONTROLS["kpca-oracle"]
+controls.CONTROLS["kpca-oracle"] = controls.Control(_c.key, _c.role, _c.what, {
+    **_c.expectations, ("E", "head"): controls.Expectation(("refuted",), "deliberately wrong")})
+'''
+
+
+def _ladder_run(pytester, out: Path, *extra: str):
+    return pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        "--models", "kpca-oracle", "--layers", "0", "--heads", "0,1", "--n-samples", "4",
+        "-k", "gamma_constancy", "--out", str(out), "--cache-dir", str(out / "cache"),
+        "-p", "no:cacheprovider", *extra, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_control_with_a_wrong_expectation_exits_8_with_its_line_and_fault_entry(pytester, tmp_path):
+    # the right expectation: V̂'s γ heads are supported, the controls pass, exit 0
+    good = _ladder_run(pytester, tmp_path / "good")
+    assert good.ret == 0, good.stdout.str()[-3000:]
+    results = json.loads((tmp_path / "good" / "results.json").read_text())
+    assert [r["expected"]["met"] for r in results["records"]] == [True, True]
+    assert "instrument_failures" not in results and results["summary"]["records"] == 0
+    # the wrong one: the same verdicts are now instrument failures
+    pytester.makepyfile(wrong_expectation=WRONG_EXPECTATION)
+    bad = _ladder_run(pytester, tmp_path / "bad", "-p", "wrong_expectation")
+    assert bad.ret == EXIT_INSTRUMENT_FAILURE == 8, bad.stdout.str()[-3000:]
+    text = bad.stdout.str()
+    for head in (0, 1):
+        assert (f"INSTRUMENT FAILURE: claim E kpca-oracle-L00-H{head} (positive control): "
+                f"expected refuted under 'ours', got supported") in text
+    results = json.loads((tmp_path / "bad" / "results.json").read_text())
+    assert results["exit_status"] == 8 and results["complete"]
+    assert [(f["kind"], f["model"], f["claim"], f["level"], f["head"], f["expected"], f["got"])
+            for f in results["instrument_failures"]] == [
+        ("instrument", "kpca-oracle", "E", "head", h, "refuted", "supported") for h in (0, 1)]
+    assert all(r["verdict"] == "supported" and r["expected"]["met"] is False
+               for r in results["records"])
+    assert results["summary"]["verdicts"] == {}  # not a refutation, not a verdict of a model
+    assert results["summary"]["controls"]["positive"]["instrument_failures"] == 2
