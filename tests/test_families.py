@@ -120,11 +120,11 @@ def _texts(loaded):
 
 # --------------------------------------------------------------------------- the registry
 def test_built_in_families_are_registered_in_order():
-    assert families.names() == FAMILIES == ("timm-vit", "hf-bert", "hf-gpt2")
-    assert [f.modality for f in families.all_families()] == ["image", "text", "text"]
-    assert [f.causal for f in families.all_families()] == [False, False, True]
+    assert families.names() == FAMILIES == ("timm-vit", "hf-bert", "hf-gpt2", "kpca-oracle")
+    assert [f.modality for f in families.all_families()] == ["image", "text", "text", "image"]
+    assert [f.causal for f in families.all_families()] == [False, False, True, False]
     with pytest.raises(ValueError, match="unknown model family 'llama'; known families: timm-vit, "
-                                         "hf-bert, hf-gpt2"):
+                                         "hf-bert, hf-gpt2, kpca-oracle"):
         families.get("llama")
 
 

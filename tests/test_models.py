@@ -55,9 +55,11 @@ def tiny_bert():
 # --- registry ------------------------------------------------------------------------------------
 
 def test_groups_hold_the_papers_models():
+    ladder = [s.key for s in resolve_models(["controls"])]
+    assert ladder[0] == "kpca-oracle" and len(ladder) == 16  # the control ladder (method §12)
     assert [s.key for s in resolve_models(["default"])] == [
         "all-MiniLM-L6-v2", "control-vit_tiny_patch16_224", "control-bert-minilm-shape",
-        "tiny-vit-digits-softmax", "tiny-vit-digits-p1-standardized"]
+        "tiny-vit-digits-softmax", "tiny-vit-digits-p1-standardized", *ladder]
     vision = resolve_models(["paper-vision"])
     text = resolve_models(["paper-text"])
     assert len(vision) == 10 and {s.family for s in vision} == {"timm-vit"}
@@ -66,7 +68,8 @@ def test_groups_hold_the_papers_models():
                                       "sentence-transformers/all-MiniLM-L6-v2"}
     assert resolve_models(["paper"]) == vision + text
     assert all(s.source == "hub" for s in vision + text)
-    assert [s.control for s in resolve_models("default")] == [False, True, True, False, False]
+    assert [s.control for s in resolve_models("default")] == [False, True, True, False, False] \
+        + [True] * len(ladder)
     assert {s.source for s in resolve_models("default")} == {"package", "random", "trained"}
 
 

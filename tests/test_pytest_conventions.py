@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = "control-vit_tiny_patch16_224"
+MODEL = "random-vit_tiny_patch16_224"
 
 
 def _pytest(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

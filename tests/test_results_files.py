@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "docs" / "results.schema.json").read_text())
-MODEL = "control-vit_tiny_patch16_224"
+MODEL = "random-vit_tiny_patch16_224"
 pytest_plugins = ["pytester"]
 
 

@@ -17,7 +17,7 @@ import fixtures  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
-SMALL = ("--models", "control-vit_tiny_patch16_224,control-bert-minilm-shape", "--n-samples", "4",
+SMALL = ("--models", "random-vit_tiny_patch16_224,random-bert-minilm-shape", "--n-samples", "4",
          "--layers", "0", "--heads", "0,1", "--threads", "1")
 
 
@@ -63,7 +63,7 @@ def _claims(pytester, *args, env=None, timeout=600):
     ("1/3", "2 model(s)"),
 ])
 def test_bad_shard_values_stop_with_one_sentence(pytester, tmp_path, value, words):
-    result = _claims(pytester, "--models", "control-vit_tiny_patch16_224,control-bert-minilm-shape",
+    result = _claims(pytester, "--models", "random-vit_tiny_patch16_224,random-bert-minilm-shape",
                      "--shard", value, "--out", str(tmp_path / "out"), "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     lines = [x for x in result.stderr.str().splitlines() if x.startswith("ERROR:")]
@@ -82,7 +82,7 @@ def test_shards_split_collection_by_whole_models(pytester):
     assert ids[1] | ids[2] == {line for line in everything.stdout.lines if "::" in line}
     # a model's tests (heads, layers, model level) all land on one shard
     for shard in ids.values():
-        models = {m for m in ("control-vit_tiny_patch16_224", "control-bert-minilm-shape")
+        models = {m for m in ("random-vit_tiny_patch16_224", "random-bert-minilm-shape")
                   if any(m in line for line in shard)}
         assert len(models) == 1
 
@@ -129,7 +129,7 @@ def test_one_run_equals_two_shards_merged(pytester, tmp_path):
     assert merged["provenance"]["missing_models"] == [] and merged["provenance"]["missing_shards"] == []
     assert set(merged) >= set(one)  # the shape of a results.json
     html = (merged_dir / "report.html").read_text()
-    assert "Complete run" in html and "control-bert-minilm-shape" in html
+    assert "Complete run" in html and "random-bert-minilm-shape" in html
     # the gate reads a merged result as it reads one run
     tolerances = json.loads(json.dumps(one["thresholds"]))["baseline"]
     gate = baseline.compare(merged, baseline.make_baseline(one), tolerances)
@@ -316,7 +316,7 @@ def test_accelerator_path_on_the_cpu_gives_the_cpu_numbers(tmp_path, monkeypatch
     from fixtures.registry import REGISTRY
     from fixtures.session import ModelRun, RunOptions
 
-    spec = REGISTRY["control-vit_tiny_patch16_224"]
+    spec = REGISTRY["random-vit_tiny_patch16_224"]
     monkeypatch.delenv(ACCELERATOR_PATH_ENV, raising=False)
     cache = Cache(str(tmp_path / "cache"))
     opts = RunOptions(n_samples=4, seed=0, cache_dir=str(tmp_path / "cache"))
@@ -398,7 +398,7 @@ def test_bench_run_device_is_checked_like_the_suites(capsys):
 
 
 @pytest.mark.parametrize("args, words", [
-    ((str(ROOT / "claims"), "--models", "control-vit_tiny_patch16_224,control-bert-minilm-shape",
+    ((str(ROOT / "claims"), "--models", "random-vit_tiny_patch16_224,random-bert-minilm-shape",
       "--baseline", "b.json", "--update-baseline"), "without --shard"),
     ((str(ROOT / "tests" / "test_cache.py"),), "use it with `pytest claims/`"),
 ])

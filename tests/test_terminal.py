@@ -20,7 +20,7 @@ from report.render import display_path, scrub_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
-MODEL = ("--models", "control-vit_tiny_patch16_224", "--n-samples", "4", "--heads", "0,1")
+MODEL = ("--models", "random-vit_tiny_patch16_224", "--n-samples", "4", "--heads", "0,1")
 SMALL = (*MODEL, "--layers", "0")
 
 
@@ -120,7 +120,7 @@ def test_verbose_run_prints_the_full_evidence(pytester, tmp_path, cache_dir):
     # the full account: every judged metric with its rules and their sources
     assert "supported if >= 0.9" in text and "optimal_cosine" in text
     assert f"{verdicts.record_label(v_head)}:" in lines
-    assert re.search(r"test_value_vectors\[control-vit_tiny_patch16_224-L00-H0\] "
+    assert re.search(r"test_value_vectors\[random-vit_tiny_patch16_224-L00-H0\] "
                      rf"{v_head['verdict'].upper()}", text)
 
 
@@ -239,7 +239,7 @@ def test_workers_print_rate_and_eta_and_the_run_still_ends_with_the_table(pytest
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-3000:]
     text = result.stdout.str() + result.stderr.str()
     # (a stage this short prints only its closing line; the ETA lines: the unit tests above)
-    assert re.search(r"^\[gw[01]\] control-vit_tiny_patch16_224 claim V 2/2 layers, [\d.]+ "
+    assert re.search(r"^\[gw[01]\] random-vit_tiny_patch16_224 claim V 2/2 layers, [\d.]+ "
                      r"s/layer, done in (<1|\d+) (s|min)$", text, re.M), text[-3000:]
     assert not re.search(r"[RI.]\[gw", text)  # no letter glued to a progress line
     results = json.loads((out / "results.json").read_text())
