@@ -241,7 +241,10 @@ def test_headline_counts_and_verdict_table_exclude_controls():
 
 # ------------------------------------------------------------------------------ end to end
 WRONG_EXPECTATION = '''
-from fixtures import controls
+import sys
+
+sys.path.insert(0, {root!r})  # loaded by -p before the checkout's conftest puts it on the path
+from fixtures import controls  # noqa: E402
 
 # a deliberately wrong expectation: V̂'s γ heads are supported by construction (and today)
 _c = controls.CONTROLS["kpca-oracle"]
@@ -267,7 +270,7 @@ def test_a_control_with_a_wrong_expectation_exits_8_with_its_line_and_fault_entr
     assert [r["expected"]["met"] for r in results["records"]] == [True, True]
     assert "instrument_failures" not in results and results["summary"]["records"] == 0
     # the wrong one: the same verdicts are now instrument failures
-    pytester.makepyfile(wrong_expectation=WRONG_EXPECTATION)
+    pytester.makepyfile(wrong_expectation=WRONG_EXPECTATION.replace("{root!r}", repr(str(ROOT))))
     bad = _ladder_run(pytester, tmp_path / "bad", "-p", "wrong_expectation")
     assert bad.ret == EXIT_INSTRUMENT_FAILURE == 8, bad.stdout.str()[-3000:]
     text = bad.stdout.str()
@@ -283,3 +286,44 @@ def test_a_control_with_a_wrong_expectation_exits_8_with_its_line_and_fault_entr
                for r in results["records"])
     assert results["summary"]["verdicts"] == {}  # not a refutation, not a verdict of a model
     assert results["summary"]["controls"]["positive"]["instrument_failures"] == 2
+
+
+@pytest.mark.slow
+def test_the_ladder_runs_end_to_end_through_results_and_report(pytester, tmp_path):
+    """`pytest claims/ --models controls` (small selection): every control's records carry their
+    role and expectation, the exit code is 8 exactly when a control missed (else 0: nothing under
+    test), results.json validates against its schema, and the report shows the Controls section
+    before the grid. Independent of what the rules decide."""
+    import jsonschema
+
+    out = tmp_path / "ladder"
+    run = pytester.runpytest_subprocess(
+        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+        "--models", "controls", "--layers", "0", "--heads", "0,1", "--n-samples", "4",
+        "--threads", "1", "--out", str(out), "--cache-dir", str(out / "cache"),
+        "-p", "no:cacheprovider", timeout=900)
+    results = json.loads((out / "results.json").read_text())
+    failures = results.get("instrument_failures", [])
+    assert run.ret == (8 if failures else 0) == results["exit_status"], run.stdout.str()[-3000:]
+    assert results["complete"] and not results["not_run"]
+    assert set(results["models"]) == {controls.ladder_key(n) for n in oracle.MEMBERS}
+    # 16 models x (2 V heads + V model + 1 J layer + J model + 2 γ heads + E model)
+    assert len(results["records"]) == 16 * 8
+    for rec in results["records"]:
+        assert rec["control"] == controls.control_of(rec["model"]).role
+        assert rec["expected"]["got"] == rec["verdicts"]["ours"]
+        assert rec["expected"]["met"] in (True, False, None)
+        assert (rec["outcome"] == "failed") == (rec["expected"]["met"] is False)
+    assert len(failures) == sum(r["expected"]["met"] is False for r in results["records"])
+    assert results["summary"]["records"] == 0 and results["summary"]["verdicts"] == {}
+    assert sum(c["records"] for c in results["summary"]["controls"].values()) == 16 * 8
+    schema = json.loads((ROOT / "docs" / "results.schema.json").read_text())
+    jsonschema.validate(results, schema)
+    text = run.stdout.str()
+    assert "kpca-claims controls (not counted above)" in text
+    assert text.count("INSTRUMENT FAILURE: claim") == len(failures)
+    html = (out / "report.html").read_text()
+    assert html.index('id="controls"') < html.index('id="grid"')
+    assert html.count('<tr class="role-') == 16
+    assert html.count("ctl-cell ctl-failed") == len({(f["model"], f["claim"], f["level"])
+                                                     for f in failures})
