@@ -126,7 +126,8 @@ def test_twins_values_are_vhat_times_their_matrix():
                 assert (torch.diagonal(mix, dim1=-2, dim2=-1) < 0).sum(-1).tolist() == \
                     [oracle.HEAD_DIM // 2] * oracle.N_HEADS
             elif check == "permutation":
-                assert torch.equal(mix.sum(-1), torch.ones(oracle.N_HEADS, oracle.HEAD_DIM, dtype=F64))
+                ones = torch.ones(oracle.N_HEADS, oracle.HEAD_DIM, dtype=F64)
+                assert torch.equal(mix.sum(-1), ones)
                 assert float(torch.diagonal(mix, dim1=-2, dim2=-1).abs().sum()) == 0.0
             else:
                 assert torch.allclose(torch.linalg.cond(mix), torch.full((oracle.N_HEADS,), check,
@@ -207,7 +208,8 @@ def test_annotate_records_role_and_expected_verdict_beside_the_verdict():
     bad = controls.annotate(_record("kpca-oracle", "supported", ours="inconclusive"), "kpca-oracle")
     assert bad["expected"]["got"] == "inconclusive" and bad["expected"]["met"] is False
     assert controls.instrument_failed(bad) and not controls.instrument_failed(ok)
-    dose = controls.annotate(_record("kpca-oracle-noise-20pct", "refuted"), "kpca-oracle-noise-20pct")
+    dose = controls.annotate(_record("kpca-oracle-noise-20pct", "refuted"),
+                             "kpca-oracle-noise-20pct")
     assert dose["expected"]["met"] is None and dose["control"] == "dose-response"
     entry = controls.failure_entry({**bad, "test_id": "test_value_vectors[kpca-oracle-L00-H0]"})
     assert entry["kind"] == "instrument" and entry["expected"] == "supported"
@@ -262,7 +264,8 @@ def _ladder_run(pytester, out: Path, *extra: str):
 
 
 @pytest.mark.slow
-def test_a_control_with_a_wrong_expectation_exits_8_with_its_line_and_fault_entry(pytester, tmp_path):
+def test_a_control_with_a_wrong_expectation_exits_8_with_its_line_and_fault_entry(pytester,
+                                                                                 tmp_path):
     # the right expectation: V̂'s γ heads are supported, the controls pass, exit 0
     good = _ladder_run(pytester, tmp_path / "good")
     assert good.ret == 0, good.stdout.str()[-3000:]
