@@ -330,3 +330,29 @@ def test_the_ladder_runs_end_to_end_through_results_and_report(pytester, tmp_pat
     assert html.count('<tr class="role-') == 16
     assert html.count("ctl-cell ctl-failed") == len({(f["model"], f["claim"], f["level"])
                                                      for f in failures})
+
+
+def test_report_shows_controls_apart_before_the_models_under_test():
+    """The example results with their control's records annotated as a run writes them: the
+    Controls section comes before the grid, the control leaves the summary counts, the grid and
+    the claim sections, and stays in the provenance."""
+    from report.render import render_report
+
+    results = json.loads((ROOT / "tests" / "data" / "results_example.json").read_text())
+    plain = render_report(results)
+    ctrl = "control-vit_tiny_patch16_224"
+    results["records"] = [controls.annotate(r, r["model"]) for r in results["records"]]
+    n_ctrl = sum(r["model"] == ctrl for r in results["records"])
+    assert n_ctrl and all("expected" in r for r in results["records"] if r["model"] == ctrl)
+    html = render_report(results)
+    assert 'id="controls"' not in plain and 'id="controls"' in html
+    assert html.index('id="controls"') < html.index('id="grid"') < html.index('id="claim-v"')
+    grid = html[html.index('id="grid"'):html.index('id="claim-v"')]
+    assert ctrl not in grid and ctrl in plain[plain.index('id="grid"'):plain.index('id="claim-v"')]
+    assert f'id="heatmap-V-{ctrl}"' not in html and f'id="heatmap-V-{ctrl}"' in plain
+    n_all = len(results["records"])
+    assert f"{n_all} records in the results file" in plain
+    assert f"{n_all - n_ctrl} records in the results file" in html
+    assert html.count('<tr class="role-negative') == 1
+    assert f"<h4>{ctrl}</h4>" in html  # provenance still lists every model
+    assert "3. Verdict grid" in html and "2. Verdict grid" in plain
