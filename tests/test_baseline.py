@@ -17,7 +17,7 @@ from report.render import render_report
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "tests" / "data" / "results_example.json"
-VIT = "random-vit_tiny_patch16_224"
+VIT = "control-vit_tiny_patch16_224"
 pytest_plugins = ["pytester"]
 
 
