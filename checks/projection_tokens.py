@@ -1,4 +1,4 @@
-"""Claim J per token (method §3.5): statistics of the per-token ratio ‖h_i‖²/‖φ(q_i)‖² that a
+"""Claim J per token (method §3.7): statistics of the per-token ratio ‖h_i‖²/‖φ(q_i)‖² that a
 handful of tokens cannot carry.
 
 The ratio of pooled means, mean‖h‖²/mean‖φ‖² (method §3.2), is decided by the largest ‖φ‖²: one
@@ -16,10 +16,10 @@ import math
 import torch
 
 #: Share of tokens cut from each end for the trimmed mean, and the top share of tokens whose
-#: part of Σ‖φ‖² is reported (method §3.5).
+#: part of Σ‖φ‖² is reported (method §3.7).
 TRIM = 0.1
 TOP = 0.001
-#: P2's appendix drops the values above this percentile before taking medians (method §3.5).
+#: P2's appendix drops the values above this percentile before taking medians (method §3.7).
 P2_OUTLIER_PERCENTILE = 95.0
 
 
@@ -47,7 +47,7 @@ def trimmed_mean(x: torch.Tensor, trim: float = TRIM) -> float:
 
 def top_share(log_values: torch.Tensor, top: float = TOP) -> float:
     """The share of Σ exp(log_values) held by the largest ⌈top·n⌉ values (at least one), in log
-    space (method §3.5: how much of Σ‖φ‖² the top 0.1 % of tokens hold).
+    space (method §3.7: how much of Σ‖φ‖² the top 0.1 % of tokens hold).
 
     >>> round(top_share(torch.log(torch.tensor([1.0, 1.0, 2.0])), 0.3), 6)
     0.5
@@ -76,7 +76,7 @@ def p2_trimmed_median(log_values: torch.Tensor,
 def token_ratio_summary(log_phi_sq: torch.Tensor, h_sq: torch.Tensor,
                         valid: torch.Tensor | None = None, trim: float = TRIM,
                         top: float = TOP) -> dict[str, float]:
-    """Per-token claim-J statistics over every valid token given (any shape; method §3.5):
+    """Per-token claim-J statistics over every valid token given (any shape; method §3.7):
 
     - ``median_log10_ratio``: the median over tokens of log10(‖h_i‖²/‖φ(q_i)‖²);
     - ``trimmed_mean_log10_ratio``: its mean after cutting ``trim`` of the tokens at each end;
@@ -86,7 +86,7 @@ def token_ratio_summary(log_phi_sq: torch.Tensor, h_sq: torch.Tensor,
     - ``n_tokens``: how many tokens.
 
     A quantile of tokens has no bootstrap interval over samples here: the tokens of one sample
-    are not independent, and these are descriptive statistics of the distribution (method §3.5).
+    are not independent, and these are descriptive statistics of the distribution (method §3.7).
 
     >>> lp = torch.zeros(10, dtype=torch.float64)
     >>> s = token_ratio_summary(lp, torch.full((10,), 100.0, dtype=torch.float64))

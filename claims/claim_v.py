@@ -17,8 +17,10 @@ from .records import VRecord
 
 CLAIM = "claim_v"
 METRICS = V_MEASURED
-#: The metrics tested against their null (method §7): the judged ones (the overlap for its excess).
-CHANCE_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")
+#: The metrics tested against their null (method §7.2): the judged subspace overlap, and P2's
+#: CKAs for the record. Not the optimal cosine: its matching ignores token order, so against the
+#: token-shuffled null V̂ it scores exactly what it scores against V̂ (method §2.3).
+CHANCE_METRICS = ("linear_cka", "kernel_cka", "subspace_overlap")
 
 
 def _undetermined_max_share() -> float:
@@ -293,7 +295,17 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
                 extra={k: summary["metrics"][k] for k in ("subspace_overlap", "direct_cosine",
                                                          "pearson", "relative_frobenius",
                                                          "allclose")},
-                ci=stats["ci"], vs_null=vs_null, both=both)}
+                ci=stats["ci"], vs_null=vs_null, both=both) + _p2_evidence(summary, rules)}
+
+
+def _p2_evidence(summary: dict, rules: str) -> str:
+    """Under ``ours``, P2's rules on P2's metrics (the ``p2`` rule set, on the means) after the
+    chosen verdict's evidence, so a reader sees both (method §7.3)."""
+    if rules == "p2":
+        return ""
+    p2 = verdicts.judge(CLAIM, summary["metrics"])
+    return ("\n  P2's rules on P2's metrics (rule set p2, means):\n"
+            + verdicts.format_evidence(p2, summary["null"]))
 
 
 def p2_code_summary(layer_metrics: dict[str, torch.Tensor], head: int | None,
@@ -431,7 +443,8 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
         optimal = torch.stack([f.result() for f in against_v_hat])
         ctx.fill(out, done_chunk, done_heads, {
             "optimal_cosine": optimal,
-            "optimal_cosine_null": torch.stack([f.result() for f in against_null]),
+            # the optimal matching ignores token order: against ΠV̂ it is the same (method §2.3)
+            "optimal_cosine_null": optimal.clone(),
             "p2code_optimal_cosine": scatter_rows([f.result() for f in p2code], rows,
                                                   *optimal.shape)})
 
@@ -451,7 +464,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
             p2code = _p2_code(k, v, info, ctx.options, m, rows)  # method §8.3: never judged
             pending.append((chunk, heads,  # one task per sample and target: [H, N, N] each
                             [pool.submit(matched_cosine, c) for c in cos[0]],
-                            [pool.submit(matched_cosine, c) for c in cos[1]],
+                            [],  # no matching against ΠV̂: it would repeat the one above
                             rows, [pool.submit(matched_cosine, c) for c in p2code]))
             n_tok = k.shape[-2]
             m["n_tokens"] = torch.full(m["undetermined"].shape, float(n_tok))

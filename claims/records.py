@@ -188,7 +188,7 @@ class JRecord(Record):
     layers: list[int] | None = None
     heads: list[int] | None = None
     per_layer: dict[str, list] | None = None
-    tokens: dict[str, Any] | None = None  # per-token statistics of ||h||^2/||phi||^2 (method §3.5)
+    tokens: dict[str, Any] | None = None  # per-token statistics of ||h||^2/||phi||^2 (method §3.7)
     output_fit: dict[str, Any] | None = None  # the KPCA output fit and its null (method §3.6)
 
     _ORDER = ("claim", "level", "model", "layer", "head", "verdict", "verdicts", "rules",

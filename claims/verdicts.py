@@ -202,7 +202,7 @@ def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
         null_txt = f"  (chance level {null:.4g})" if null is not None else ""
         lines.append(f"  {name:<26} {format_number(value)}{null_txt}")
     if v.reason:
-        lines.append(f"  undetermined: {v.reason}")
+        lines.append(f"  {'undetermined' if v.verdict == UNDETERMINED else 'why'}: {v.reason}")
     return "\n".join(lines)
 
 

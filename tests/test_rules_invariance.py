@@ -93,3 +93,59 @@ def test_small_noise_keeps_support_and_the_true_null_is_refuted_at_chance(record
     assert null["verdicts"]["ours"] == verdicts.REFUTED, null["evidence"]
     assert null["vs_null"]["subspace_overlap"]["at_chance"] is True
     assert null["vs_null"]["subspace_overlap"]["above_chance"] is False
+
+
+# --- claim J: an exact kernel-PCA head and its rescaled twin -----------------------------------
+
+def j_terms(v_of, key_scale: float = 1.0, seed: int = 3) -> dict[str, torch.Tensor]:
+    """claim J's layer terms [S, 1, ...] for one head whose values are ``v_of(k, v_hat)``."""
+    from claims.claim_j import batch_terms
+
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(S, 1, N, D, generator=g, dtype=F64) * key_scale
+    q = k + 0.5 * key_scale * torch.randn(S, 1, N, D, generator=g, dtype=F64)
+    v_hat = KeyGram(k).kpca_values("p2")
+    perm = token_permutations(N, seed + 11, (S, 1))
+    return batch_terms(q, k, v_of(k, v_hat, g), D ** -0.5, False, "p2", perm)
+
+
+J_CASES = {
+    "exact": lambda k, vh, g: vh,
+    "scaled368": lambda k, vh, g: 368.0 * vh,
+    "cond100": lambda k, vh, g: vh @ _conditioned(100, g),
+    "independent": lambda k, vh, g: torch.randn(vh.shape, generator=g, dtype=F64),
+}
+
+
+@pytest.fixture(scope="module")
+def j_records():
+    from claims import claim_j
+
+    return {name: claim_j.layer_record("synthetic", 0, j_terms(case), [0])
+            for name, case in J_CASES.items()}
+
+
+def test_a_rescaled_kernel_pca_head_gets_the_exact_heads_verdict_under_ours(j_records):
+    exact, scaled = j_records["exact"], j_records["scaled368"]
+    assert exact["verdicts"]["ours"] == verdicts.SUPPORTED, exact["evidence"]
+    assert scaled["verdicts"]["ours"] == exact["verdicts"]["ours"], scaled["evidence"]
+    assert j_records["cond100"]["verdicts"]["ours"] == verdicts.SUPPORTED
+    # P2's pooled-mean rule sees the scale: log10 ratio moves by 2 log10 368 = 5.13
+    shift = scaled["metrics"]["log10_ratio"] - exact["metrics"]["log10_ratio"]
+    assert shift == pytest.approx(2 * math.log10(368.0), abs=1e-9)
+    assert scaled["metrics"]["output_r2"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_values_independent_of_the_keys_are_never_supported_for_claim_j(j_records):
+    null = j_records["independent"]
+    assert null["verdicts"]["ours"] == verdicts.REFUTED, null["evidence"]
+    assert null["output_fit"]["vs_null"]["above_chance"] is False
+
+
+def test_every_claim_j_record_carries_its_per_token_statistics(j_records):
+    tokens = j_records["exact"]["tokens"]
+    assert tokens["n_tokens"] == S * N
+    for name in ("median_log10_ratio", "trimmed_mean_log10_ratio", "top_phi_share",
+                 "p2_appendix_log10_ratio"):
+        assert math.isfinite(tokens[name]), name
+    assert 1.0 / (S * N) <= tokens["top_phi_share"] <= 1.0
