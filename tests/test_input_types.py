@@ -1,0 +1,68 @@
+"""Values checked by type, not by form: ini keys parsed exactly as their command-line twins,
+results/baseline/shard files validated against docs/results.schema.json (finite numbers, ranges)
+before they are used, gate expressions that select nothing refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures import ini
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "control-vit_tiny_patch16_224"
+
+
+@pytest.fixture
+def flags(pytestconfig) -> dict:
+    """The switches of the kpca-claims option group, as this pytest defines them (the root
+    conftest loads the plugin)."""
+    group = pytestconfig._parser.getgroup(ini.GROUP).options  # the options' definitions
+    return {o.dest: o for o in group if ini.flag_value(o) is not None}
+
+
+def test_every_switch_is_known_as_a_switch(flags):
+    """pytest 9 gives no ``action`` key: the switches are found by what their action does."""
+    assert set(flags) == {"gpu", "standardize", "update_baseline", "save_samples"}
+
+
+@pytest.mark.parametrize("raw, value", [("true", True), ("TRUE", True), ("1", True), ("yes", True),
+                                        ("false", False), ("False", False), ("0", False),
+                                        ("no", False), (" no ", False)])
+def test_ini_switch_values_parse_like_the_command_line(flags, raw, value):
+    for option in flags.values():
+        assert ini._convert(option, raw) is value, (option.dest, raw)
+
+
+@pytest.mark.parametrize("raw", ["", "on", "off", "maybe", "2", "falsy"])
+def test_any_other_ini_switch_value_is_a_usage_error_naming_the_key(flags, raw):
+    for dest, option in flags.items():
+        with pytest.raises(pytest.UsageError, match=f"ini key kpca_{dest} = {raw!r}: "
+                                                    r"--[a-z-]+ is a switch; write true or false"):
+            ini._convert(option, raw)
+
+
+def _collect(tmp_path: Path, *extra: str, **keys: str) -> subprocess.CompletedProcess:
+    lines = ["[tool.pytest.ini_options]", f'kpca_models = "{MODEL}"', 'kpca_layers = "0"',
+             'kpca_heads = "0"'] + [f'{k} = "{v}"' for k, v in keys.items()]
+    (tmp_path / "pyproject.toml").write_text("\n".join(lines) + "\n")
+    return subprocess.run([sys.executable, "-m", "pytest", "claims/", "-c",
+                           str(tmp_path / "pyproject.toml"), "--rootdir", str(ROOT),
+                           "--confcutdir", str(ROOT), "--collect-only", "-q", "-p",
+                           "no:cacheprovider", "--out", str(tmp_path / "out"), *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_false_in_the_ini_file_leaves_a_switch_off(tmp_path):
+    """``kpca_gpu = "false"`` used to turn --gpu on ("--gpu was given" on a machine without
+    CUDA); ``kpca_update_baseline = "false"`` used to overwrite the baseline."""
+    run = _collect(tmp_path, kpca_gpu="false", kpca_update_baseline="false",
+                   kpca_standardize="no", kpca_save_samples="0")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    run = _collect(tmp_path, kpca_gpu="on")
+    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "ini key kpca_gpu = 'on': --gpu is a switch; write true or false" in run.stderr
