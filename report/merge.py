@@ -47,28 +47,29 @@ def _name(path: Path) -> str:
 
 def load_input(path: Path) -> dict:
     """One results.json, checked to be complete JSON in the results schema."""
+    from . import validate
+
     name = _name(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MergeError(f"{name}: no such file; give the results.json of each shard") from None
-    except IsADirectoryError:
-        raise MergeError(f"{name} is a folder; give the results.json inside it") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MergeError(f"{name} cannot be read ({exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MergeError(f"{name} is not complete JSON ({exc.msg} at line {exc.lineno}): a "
-                         "truncated file? Copy it again or rerun that shard") from None
+        data = validate.read_json(path, "")
+    except validate.InvalidFile as exc:
+        if not Path(path).exists():
+            raise MergeError(f"{name}: no such file; give the results.json of each shard") from None
+        if Path(path).is_dir():
+            raise MergeError(f"{name} is a folder; give the results.json inside it") from None
+        raise MergeError(f"{exc}; copy it again or rerun that shard") from None
     if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
-        schema = data.get("schema") if isinstance(data, dict) else None
+        schema = data.get("schema") if isinstance(data, dict) else f"none: a JSON {type(data).__name__}"
         raise MergeError(f"{name} is not a kpca-claims results.json (schema {schema!r}, "
                          f"expected {RESULTS_SCHEMA!r})")
     try:
         validate_results(data)
     except ValueError as exc:
         raise MergeError(f"{name} is not a complete results.json: {exc}") from None
+    try:
+        validate.check(data, name, "results")
+    except validate.InvalidFile as exc:
+        raise MergeError(f"{exc}: a hand-edited or damaged shard? Rerun that shard") from None
     return data
 
 

@@ -98,26 +98,21 @@ def validate_results(results) -> None:
 
 
 def load_results(path) -> dict:
-    """Read and validate a results.json; ValueError naming the file and the problem otherwise."""
+    """Read a results.json, parsed strictly and validated against docs/results.schema.json
+    (report/validate.py) and :func:`validate_results`; ValueError naming the file and the problem
+    otherwise."""
+    from . import validate
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such results file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot be read ({exc})") from None
-    try:
-        results = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, "
-                         f"column {exc.colno})") from None
+    if not path.exists():
+        raise ValueError(f"{path}: no such results file")
+    results = validate.read_json(path, "results file")
     try:
         validate_results(results)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+    validate.check(results, f"results file {path}", "results")
     return results
-
-
 
 
 # ------------------------------------------------------------------------------------ thresholds

@@ -421,7 +421,7 @@ PATH_CASES = [
      lambda f, p, t: [f"--baseline {p['root'] / 'nope.json'} does not exist; give a baseline file, "
                       "or write one first with --update-baseline"]),
     ("baseline-not-json", lambda f, p, t: [*TINY_CKPT(f), "--baseline", str(p["plain"])],
-     lambda f, p, t: [f"--baseline: baseline {p['plain']} is not readable JSON (", "give a baseline "
+     lambda f, p, t: [f"--baseline: baseline {p['plain']} is not valid JSON (", "give a baseline "
                       "written by --update-baseline"]),
     ("update-baseline-is-the-results-file",
      lambda f, p, t: [*TINY_CKPT(f), "--update-baseline", "--baseline", str(t / "out" / "results.json")],
