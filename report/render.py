@@ -281,6 +281,14 @@ def claim_sections(results: dict, index: Index) -> list[dict]:
     return out
 
 
+def skipped_groups(skipped: dict) -> list[dict]:
+    """Claim tests skipped without a record (results.json ``skipped``), grouped by reason."""
+    groups: dict[str, list[str]] = {}
+    for node, reason in sorted(skipped.items()):
+        groups.setdefault(str(reason), []).append(str(node).split("::")[-1])
+    return [{"reason": r, "count": len(ids), "examples": ids[:3]} for r, ids in groups.items()]
+
+
 def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
     """Everything the template shows, computed from a validated results dict."""
     index = Index(results)
@@ -291,6 +299,7 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
         "date": results["provenance"].get("date", "not recorded"),
         "complete": results["complete"], "exit_status": results.get("exit_status"),
         "not_run": not_run, "n_not_run": len(results["not_run"]),
+        "skipped": skipped_groups(results.get("skipped") or {}),
         "summary": summary_context(results, index),
         "gate": gate_context(results),
         "grid": grid_context(results, index, not_run),
@@ -305,12 +314,38 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
     }
 
 
+def safe_link(url: str) -> bool:
+    """Whether ``url`` may be an ``href`` of the report: an http(s) address with a host, or a
+    relative reference (a path, ``#anchor`` or ``?query``). Anything else (``javascript:``,
+    ``data:``, ``file:``, a scheme-relative ``//host``, control characters or spaces, which
+    browsers strip before reading the scheme) is refused."""
+    from urllib.parse import urlsplit
+
+    url = str(url)
+    if not url or any(ord(c) <= 32 or ord(c) == 127 for c in url) or url.startswith(("//", "\\")):
+        return False
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    if parts.scheme:
+        return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
+    return ":" not in url.split("/", 1)[0].split("#", 1)[0].split("?", 1)[0]
+
+
 def method_url_for(out_path=None) -> str:
     """Where the report links "method §N.M": ``$KPCA_METHOD_URL`` if set; else docs/method.md
     relative to the report's folder when the report is written inside this checkout; else
     :data:`DEFAULT_METHOD_URL` (relative to the repository root)."""
     if os.environ.get(METHOD_URL_ENV):
-        return os.environ[METHOD_URL_ENV]
+        url = os.environ[METHOD_URL_ENV]
+        if safe_link(url):
+            return url
+        import warnings
+
+        warnings.warn(f"{METHOD_URL_ENV}={url[:80]!r} is neither an http(s) address nor a "
+                      "relative path: the report links the method document relative to the "
+                      "report instead", UserWarning, stacklevel=2)
     if out_path is not None:
         folder = Path(out_path).resolve().parent
         try:
@@ -333,6 +368,9 @@ def render_report(results: dict, *, method_url: str | None = None) -> str:
         When ``results`` does not follow the results schema (the message names the problem).
     """
     validate_results(results)
+    if method_url is not None and not safe_link(method_url):
+        raise ValueError(f"the method link {method_url[:80]!r} is neither an http(s) address "
+                         "nor a relative path")
     context = _scrub(build_context(results, method_url or method_url_for()))
     return _environment().get_template("report.html.j2").render(**context)
 

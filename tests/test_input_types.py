@@ -66,3 +66,30 @@ def test_false_in_the_ini_file_leaves_a_switch_off(tmp_path):
     run = _collect(tmp_path, kpca_gpu="on")
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
     assert "ini key kpca_gpu = 'on': --gpu is a switch; write true or false" in run.stderr
+
+
+# ------------------------------------------------------------------------------ report links
+@pytest.mark.parametrize("url, ok", [
+    ("https://forge.example/kpca/blob/main/docs/method.md", True), ("http://h/m.md", True),
+    ("docs/method.md", True), ("../docs/method.md", True), ("#s11", True),
+    ("javascript:alert(1)", False), ("JavaScript:alert(1)", False), (" javascript:x", False),
+    ("java\tscript:x", False), ("data:text/html,x", False), ("file:///etc/passwd", False),
+    ("//evil.example/m.md", False), ("https://", False), ("", False), ("vbscript:x", False)])
+def test_report_links_are_http_or_relative_only(url, ok):
+    from report.render import safe_link
+
+    assert safe_link(url) is ok
+
+
+def test_an_unsafe_method_url_never_becomes_a_link(monkeypatch):
+    import json
+
+    from report import render
+
+    results = json.loads((ROOT / "tests" / "data" / "results_example.json").read_text())
+    monkeypatch.setenv(render.METHOD_URL_ENV, "javascript:alert(document.cookie)")
+    with pytest.warns(UserWarning, match="neither an http"):
+        page = render.render_report(results)
+    assert "javascript:" not in page.lower() and 'href="docs/method.md#s' in page
+    with pytest.raises(ValueError, match="neither an http"):
+        render.render_report(results, method_url="javascript:alert(1)")
