@@ -93,3 +93,32 @@ def test_an_unsafe_method_url_never_becomes_a_link(monkeypatch):
     assert "javascript:" not in page.lower() and 'href="docs/method.md#s' in page
     with pytest.raises(ValueError, match="neither an http"):
         render.render_report(results, method_url="javascript:alert(1)")
+
+
+# ------------------------------------------------------------------- a hub model out of reach
+@pytest.mark.slow
+def test_a_hub_model_that_cannot_be_downloaded_is_one_sentence_and_exit_4(tmp_path):
+    """Offline, with an empty hub cache: exit 4 at load, one sentence naming the model, the
+    repository, the revision and what to do; the run stops (before: exit 3, "this is a bug of
+    kpca-claims", two tracebacks per test, 3,250 lines)."""
+    import json
+    import os
+
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "claims/", "-p", "no:cacheprovider",
+                          "--models", "bert-base-uncased", "--layers", "0", "--heads", "0",
+                          "--n-samples", "2", "--revision", "v9-nope", "--out",
+                          str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    text = run.stdout + run.stderr
+    assert run.returncode == 4, text[-3000:]
+    assert "Traceback" not in text and "this is a bug" not in text and len(text.splitlines()) < 40
+    (line,) = [x for x in run.stdout.splitlines() if x.startswith("ERROR (exit 4")]
+    assert ("model bert-base-uncased cannot be loaded from the Hugging Face hub (repository "
+            "bert-base-uncased, revision v9-nope)") in line
+    assert "huggingface-cli download bert-base-uncased --revision v9-nope" in line
+    assert "HF_HUB_OFFLINE=1" in line and "6 claim tests did not run" in line
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["exit_status"] == 4 and results["complete"] is False
+    assert [e["kind"] for e in results["errors"]] == ["usage"] and len(results["not_run"]) == 6
