@@ -122,3 +122,48 @@ def test_a_hub_model_that_cannot_be_downloaded_is_one_sentence_and_exit_4(tmp_pa
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["exit_status"] == 4 and results["complete"] is False
     assert [e["kind"] for e in results["errors"]] == ["usage"] and len(results["not_run"]) == 6
+
+
+# ------------------------------------------------------------- too few samples for an interval
+def test_one_sample_gives_no_interval_and_no_certain_verdict():
+    import math
+
+    import torch
+
+    from checks.stats import percentile_interval
+    from claims import verdicts
+
+    draws = torch.full((1000, 3), 0.7, dtype=torch.float64)
+    assert percentile_interval(draws, n=2).tolist() == [[0.7, 0.7]] * 3
+    assert all(math.isnan(x) for row in percentile_interval(draws, n=1).tolist() for x in row)
+    metrics = {"log10_ratio": 3.5, "bessel_share": 0.0}
+    v, both = verdicts.judge_both("claim_j", metrics, {"log10_ratio": [math.nan, math.nan]},
+                                  rules_name="ours")
+    assert v.verdict == "undetermined" and both["p2"] != "undetermined"
+    assert "no 95% interval of log10_ratio: a bootstrap interval needs at least 2 samples" in v.reason
+    assert verdicts.format_ci(3.5, [math.nan, math.nan]) == "3.5 [no 95% interval]"
+
+
+@pytest.mark.slow
+def test_a_run_of_one_sample_records_undefined_intervals_with_a_word(tmp_path):
+    """--n-samples 1 (before: every "95%" interval a point [x, x], and ours judged one sample as
+    certain, without a word)."""
+    import json
+    import os
+
+    from report import validate
+
+    run = subprocess.run([sys.executable, "-m", "pytest", "claims/", "-p", "no:cacheprovider",
+                          "--models", MODEL, "--layers", "0", "--heads", "0", "--n-samples", "1",
+                          "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-2000:]
+    assert "--n-samples 1: one sample gives no 95% interval" in run.stdout + run.stderr
+    results = validate.load(tmp_path / "out" / "results.json", "results file", "results")
+    assert {r["claim"] for r in results["records"]} == {"V", "J", "E"}
+    for rec in results["records"]:
+        assert rec["ci"] and all(b is None for b in rec["ci"].values()), rec["ci"]
+        assert rec["verdicts"]["ours"] == "undetermined", rec
+        assert "needs at least 2 usable samples" in rec["undefined"]["ci"]
+    assert "[no 95% interval]" in run.stdout + json.dumps(results)
