@@ -167,3 +167,20 @@ def test_a_run_of_one_sample_records_undefined_intervals_with_a_word(tmp_path):
         assert rec["verdicts"]["ours"] == "undetermined", rec
         assert "needs at least 2 usable samples" in rec["undefined"]["ci"]
     assert "[no 95% interval]" in run.stdout + json.dumps(results)
+
+
+def test_python_m_report_refuses_a_results_file_outside_the_schema(tmp_path):
+    """``python -m report`` on a results.json whose metric is a string: exit 2, one sentence."""
+    import json
+
+    data = json.loads((ROOT / "tests" / "data" / "results_example.json").read_text())
+    data["records"][0]["metrics"]["optimal_cosine"] = "<script>alert(1)</script>"
+    bad = tmp_path / "results.json"
+    bad.write_text(json.dumps(data))
+    run = subprocess.run([sys.executable, "-m", "report", str(bad)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"python -m report: error: results file {bad} does not fit "
+                           "docs/results.schema.json: records[0].metrics.optimal_cosine is ")
+    assert not (tmp_path / "report.html").exists()
