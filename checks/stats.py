@@ -73,11 +73,20 @@ def bootstrap_weights(n: int, seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -
     return weights.scatter_add_(1, idx, torch.ones_like(idx, dtype=torch.float64))
 
 
-def percentile_interval(draws: torch.Tensor, level: float = 0.95) -> torch.Tensor:
+#: Fewer samples than this give no bootstrap interval: every resample of one sample is that
+#: sample, and the "interval" [x, x] would claim a certainty one sample cannot give (method §7).
+MIN_INTERVAL_SAMPLES = 2
+
+
+def percentile_interval(draws: torch.Tensor, level: float = 0.95,
+                        n: int | None = None) -> torch.Tensor:
     """[..., 2]: the (1−level)/2 and (1+level)/2 quantiles (linear interpolation) of ``draws``
-    along dim 0, ignoring NaN draws (a resample with no usable sample)."""
+    along dim 0, ignoring NaN draws (a resample with no usable sample). ``n``: the number of
+    samples resampled; below :data:`MIN_INTERVAL_SAMPLES` the interval is undefined (NaN)."""
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
     draws = draws.to(torch.float64)
+    if n is not None and n < MIN_INTERVAL_SAMPLES:
+        return torch.full((*draws.shape[1:], 2), math.nan, dtype=torch.float64)
     big = torch.finfo(torch.float64).max  # ±inf draws (an undefined ratio) stay ±inf, not NaN
     finite = draws.clamp(-big, big)
     quantile = torch.nanquantile if bool(torch.isnan(draws).any()) else torch.quantile

@@ -109,9 +109,10 @@ def construction_notes(per_layer: dict[int, dict[str, torch.Tensor]], heads: lis
 
 def _finite_intervals(ci: dict, metrics: dict) -> dict:
     """The intervals of the defined metrics whose bounds are finite (method §6.2: no inf or NaN
-    in a record; a metric without an interval is judged on its value)."""
+    in a record; a metric without an interval is judged on its value), and those left undefined
+    by too few samples (both bounds NaN: recorded as null, method §7)."""
     return {k: b for k, b in ci.items() if metrics.get(k) is not None
-            and all(math.isfinite(float(x)) for x in b)}
+            and (all(math.isfinite(float(x)) for x in b) or all(x != x for x in b))}
 
 
 def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -138,7 +139,7 @@ def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
     pairs = torch.stack([_ratio(means[a], means[b]).amax(-1) for a, b in ROUTE_PAIRS]).amax(0)
     share = finite.to(torch.float64).mean(1)[idx].mean(1)
     level = float(settings["confidence"])
-    return {name: [float(x) for x in percentile_interval(draws, level)]
+    return {name: [float(x) for x in percentile_interval(draws, level, n=int(finite.shape[0]))]
             for name, draws in (("raw_vs_standardized_ratio", raw_std), ("max_route_ratio", pairs),
                                 ("naive_finite_share", share))}
 
@@ -261,7 +262,8 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[
     gap = draws[..., 2] - draws[..., 1]
     position = torch.where(gap > 0, (draws[..., 0] - draws[..., 1]) / gap.clamp_min(1e-300),
                            torch.full_like(gap, math.inf))
-    ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level).tolist()
+    ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level,
+                             n=int(k.shape[0])).tolist()
     out = [dict(zip(("learned", "eigen", "perturbed", "gamma_position"), head)) for head in ci]
     if len(_GAMMA_CACHE) > 64:
         _GAMMA_CACHE.clear()

@@ -44,7 +44,7 @@ def pooled_ci(layer_terms: list[dict[str, torch.Tensor]], heads: list[int], seed
     ratio = torch.where(h_r > 0, (h_r.clamp_min(1e-300).log() - log_phi_r) / math.log(10),
                         torch.full_like(h_r, -math.inf))
     level = float(settings["confidence"])
-    return {name: [float(x) for x in percentile_interval(draws, level)]
+    return {name: [float(x) for x in percentile_interval(draws, level, n=int(n.shape[0]))]
             for name, draws in (("log10_ratio", ratio), ("bessel_share", bessel[idx].sum(1) / total))}
 
 
@@ -119,7 +119,7 @@ def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
     undefined = {k: r for k, r in values.get("undefined", {}).items()}  # method §6.2
     if ci:  # an interval only for a defined value, with finite bounds (method §6.2)
         ci = {k: b for k, b in ci.items() if metrics.get(k) is not None
-              and all(math.isfinite(float(x)) for x in b)}
+              and (all(math.isfinite(float(x)) for x in b) or all(x != x for x in b))}
     at_chance = None
     bar = next((r.value for r in verdicts.ours_rules(CLAIM, "supported") if r.metric == "output_r2"),
                None)

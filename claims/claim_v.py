@@ -90,7 +90,7 @@ def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: i
     draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, float("nan")))
     ov, ov_null = draws[..., names.index("subspace_overlap")], draws[..., names.index("subspace_overlap_null")]
     draws = torch.cat([draws, excess_over_null(ov, ov_null).unsqueeze(-1)], dim=-1)
-    ci = percentile_interval(draws, level).tolist()  # [U, M + 1, 2]
+    ci = percentile_interval(draws, level, n=int(k.shape[0])).tolist()  # [U, M + 1, 2]
     out = []
     for unit in ci:
         by_name = dict(zip([*names, "subspace_overlap_excess"], unit))

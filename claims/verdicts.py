@@ -388,8 +388,15 @@ def judge_both(claim: str, metrics: dict[str, float | None], ci: dict | None,
     if rules_name not in RULE_SETS:
         raise ValueError(f"unknown rule set {rules_name!r}; use one of {RULE_SETS}")
     p2 = judge(claim, metrics, path, undefined=undefined)
-    ours = (judge_ours(claim, metrics, ci, above_chance, path, undefined=undefined,
-                       at_chance=at_chance) if ci else p2)
+    no_interval = sorted(k for k, b in (ci or {}).items()
+                         if b is None or any(x is None or x != x for x in b))
+    if no_interval:  # too few samples: ours judges over intervals, and there are none (§7)
+        ours = Verdict(claim, UNDETERMINED, dict(metrics), p2.supported_rules, p2.refuted_rules,
+                       reason=f"no 95% interval of {', '.join(no_interval)}: a bootstrap "
+                              "interval needs at least 2 samples (method §7)")
+    else:
+        ours = (judge_ours(claim, metrics, ci, above_chance, path, undefined=undefined,
+                           at_chance=at_chance) if ci else p2)
     return (p2 if rules_name == "p2" else ours), {"p2": p2.verdict, "ours": ours.verdict}
 
 
@@ -397,4 +404,6 @@ def format_ci(value: float, ci) -> str:
     """``value [lo, hi]`` (the interval text of a failure message and the report)."""
     if ci is None:
         return format_number(value)
+    if any(x is None or x != x for x in ci):  # undefined: too few samples (method §7)
+        return f"{format_number(value)} [no 95% interval]"
     return f"{format_number(value)} [{float(ci[0]):.4g}, {float(ci[1]):.4g}]"

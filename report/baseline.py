@@ -179,18 +179,27 @@ def write_baseline(results: dict, path: str | Path) -> Path:
 
 
 def load_baseline(path: str | Path) -> dict:
+    """Read a baseline file, parsed strictly and validated against docs/results.schema.json
+    (report/validate.py): BaselineMismatch with one sentence when it cannot be used."""
+    from . import validate
+
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BaselineMismatch(f"baseline {path} does not exist; write one with "
-                               "--update-baseline (serial run)") from None
-    except (OSError, ValueError) as exc:
-        raise BaselineMismatch(f"baseline {path} is not readable JSON ({exc})") from None
-    if data.get("schema") != BASELINE_SCHEMA:
-        raise BaselineMismatch(f"{path} is not a baseline this version reads (schema "
-                               f"{data.get('schema')!r}, expected {BASELINE_SCHEMA!r}): "
-                               "regenerate it with --update-baseline")
+        data = validate.read_json(path, "baseline")
+    except validate.InvalidFile as exc:
+        if not path.exists():
+            raise BaselineMismatch(f"baseline {path} does not exist; write one with "
+                                   "--update-baseline (serial run)") from None
+        raise BaselineMismatch(str(exc)) from None
+    try:
+        validate.require_object(data, f"baseline {path}")
+        if data.get("schema") != BASELINE_SCHEMA:
+            raise BaselineMismatch(f"{path} is not a baseline this version reads (schema "
+                                   f"{data.get('schema')!r}, expected {BASELINE_SCHEMA!r}): "
+                                   "regenerate it with --update-baseline")
+        validate.check(data, f"baseline {path}", "baseline")
+    except validate.InvalidFile as exc:
+        raise BaselineMismatch(str(exc)) from None
     return data
 
 

@@ -4,7 +4,12 @@ the shards of one run (``pytest claims/ --shard K/N``) into one results.json and
 The merged file has the shape of a normal results.json (the report and the baseline gate read it
 as they read one run's). Shards are joined only when they belong to one run: the same options,
 thresholds, code version (git commit) and input sets, each shard once, each record once. Any
-mismatch refuses the merge with one sentence naming the field, and nothing is written. Models of
+mismatch refuses the merge with one sentence naming the field and both values, and nothing is
+written. Nothing in a shard is trusted: each is parsed strictly and validated against
+docs/results.schema.json (record types, finite numbers, metric ranges); every test a shard ran
+(its ``durations``) must have a record, a ``skipped`` reason or a ``not_run`` entry, and every
+record a test that ran; the shards' samples.jsonl (``--save-samples``) are joined when every shard
+has one, and the merge is refused when only some have, or one is missing. Models of
 the declared run that no input holds (a shard that failed or was not given) are listed under
 ``provenance.missing_models`` and the merge is marked partial (``complete: false``), as an
 interrupted run is.
@@ -19,7 +24,7 @@ from pathlib import Path
 
 from claims.names import RESULTS_SCHEMA
 
-from .atomic import atomic_write_text
+from .atomic import atomic_open, atomic_write_text
 from .render import render_report, validate_results
 
 
@@ -31,7 +36,9 @@ def _record_key(rec: dict) -> tuple:
 
 #: Top-level fields the merge builds itself; any other field is kept when every input agrees.
 _BUILT = ("schema", "provenance", "options", "thresholds", "models", "records", "not_run",
-          "complete", "exit_status", "summary", "durations", "errors", "instrument_failures")
+_BUILT = ("schema", "provenance", "options", "thresholds", "models", "records", "not_run",
+          "complete", "exit_status", "summary", "durations", "errors", "skipped", "samples",
+          "instrument_failures")
 #: Provenance fields that must be equal across the inputs (code and numerics).
 _SAME_PROVENANCE = ("git_commit", "dtype")
 
@@ -47,49 +54,117 @@ def _name(path: Path) -> str:
 
 def load_input(path: Path) -> dict:
     """One results.json, checked to be complete JSON in the results schema."""
+    from . import validate
+
     name = _name(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MergeError(f"{name}: no such file; give the results.json of each shard") from None
-    except IsADirectoryError:
-        raise MergeError(f"{name} is a folder; give the results.json inside it") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MergeError(f"{name} cannot be read ({exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MergeError(f"{name} is not complete JSON ({exc.msg} at line {exc.lineno}): a "
-                         "truncated file? Copy it again or rerun that shard") from None
+        data = validate.read_json(path, "")
+    except validate.InvalidFile as exc:
+        if not Path(path).exists():
+            raise MergeError(f"{name}: no such file; give the results.json of each shard") from None
+        if Path(path).is_dir():
+            raise MergeError(f"{name} is a folder; give the results.json inside it") from None
+        raise MergeError(f"{exc}; copy it again or rerun that shard") from None
     if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
-        schema = data.get("schema") if isinstance(data, dict) else None
+        schema = data.get("schema") if isinstance(data, dict) else f"none: a JSON {type(data).__name__}"
         raise MergeError(f"{name} is not a kpca-claims results.json (schema {schema!r}, "
                          f"expected {RESULTS_SCHEMA!r})")
     try:
         validate_results(data)
     except ValueError as exc:
         raise MergeError(f"{name} is not a complete results.json: {exc}") from None
+    try:
+        validate.check(data, name, "results")
+    except validate.InvalidFile as exc:
+        raise MergeError(f"{exc}: a hand-edited or damaged shard? Rerun that shard") from None
     return data
 
 
-def _first_difference(a, b, where: str) -> str | None:
-    """The dotted path of the first place where ``a`` and ``b`` differ, or None."""
+def _first_difference(a, b, where: str) -> tuple[str, object, object] | None:
+    """The dotted path of the first place where ``a`` and ``b`` differ, with the two values
+    there (``<missing>`` for a key one side lacks), or None."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
             if key not in a or key not in b:
-                return f"{where}.{key}"
+                return (f"{where}.{key}", a.get(key, _MISSING), b.get(key, _MISSING))
             found = _first_difference(a[key], b[key], f"{where}.{key}")
             if found:
                 return found
         return None
-    return None if a == b else where
+    return None if a == b else (where, a, b)
 
 
-def _get(data: dict, dotted: str):
-    value = data
-    for part in dotted.split(".")[1:]:
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+
+
+def check_accounted(name: str, data: dict) -> None:
+    """Every claim test the shard ran (its ``durations``, one entry per reported test) left a
+    record, was skipped without one (``skipped``), or is listed under ``not_run``: a record
+    removed by hand, or a file cut short, is refused instead of merged as complete."""
+    durations = data.get("durations")
+    if not durations:
+        return  # a results.json of an earlier version: nothing to check against
+    recorded = {str(r.get("test_id")) for r in data["records"]}
+    accounted = set(data["not_run"]) | set(data.get("skipped") or {})
+    missing = sorted(t for t in durations
+                     if t not in accounted and t.split("::")[-1] not in recorded)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        hint = ("" if "skipped" in data else
+                "; it has no 'skipped' list, so a test skipped by its model family cannot be told "
+                "from a lost record: rerun that shard with this version")
+        raise MergeError(f"{name} lists {missing[0]}{more} under durations (it ran) but holds no "
+                         f"record of it, nor lists it under not_run or skipped: a record was "
+                         f"removed or the file is damaged; rerun that shard{hint}")
+    orphans = sorted(str(r.get("test_id")) for r in data["records"]
+                     if not any(t.split("::")[-1] == r.get("test_id") for t in durations))
+    if orphans:
+        raise MergeError(f"{name} holds a record of {orphans[0]}, a test its durations do not "
+                         "list (it did not run in that shard): a record was added or copied from "
+                         "another file; rerun that shard")
+
+
+def _samples(path: Path, data: dict) -> Path | None:
+    """The samples file a shard names (``samples``, beside its results.json), or None."""
+    name = data.get("samples")
+    return None if not name else Path(path).parent / str(name)
+
+
+def check_samples(inputs: list[tuple[Path, dict]], names: list[str]) -> list[Path] | None:
+    """The shards' samples.jsonl files when every shard has one (--save-samples), None when
+    none has; a mix, a missing file or a row that names a model of another shard is refused."""
+    files = [_samples(p, d) for p, d in inputs]
+    if not any(files):
+        return None
+    for name, f in zip(names, files):
+        if f is None:
+            other = names[next(i for i, x in enumerate(files) if x)]
+            raise MergeError(f"{other} has per-sample values ({_name(_samples(*inputs[names.index(other)]))}) "
+                             f"and {name} has none: run every shard with --save-samples, or none")
+        if not f.is_file():
+            raise MergeError(f"{name} names its per-sample values {f}, which does not exist: copy "
+                             "it beside the shard's results.json, or rerun that shard")
+    for name, f, (_, data) in zip(names, files, inputs):
+        models = {r["model"] for r in data["records"]}
+        try:
+            with open(f, encoding="utf-8") as rows:
+                for i, line in enumerate(rows, 1):
+                    row = json.loads(line)
+                    if not isinstance(row, dict) or row.get("model") not in models:
+                        raise MergeError(f"{f} line {i} is not a per-sample row of a model of {name} "
+                                         f"(model {row.get('model') if isinstance(row, dict) else row!r}): "
+                                         "the samples file belongs to another shard")
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            if isinstance(exc, MergeError):
+                raise
+            raise MergeError(f"{f} cannot be read as JSON Lines ({exc}): copy it again or rerun "
+                             "that shard") from None
+    return files
 
 
 def _input_sets(data: dict) -> dict:
@@ -114,15 +189,17 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
             raise MergeError(f"{name} is given twice (as {seen_paths[real]} and {name}); "
                              "give each shard's results.json once")
         seen_paths[real] = name
+    for name, (_, data) in zip(names, inputs):
+        check_accounted(name, data)
     first_name, first = names[0], inputs[0][1]
     for name, (_, data) in zip(names[1:], inputs[1:]):
         for field in ("options", "thresholds"):
             diff = _first_difference(first[field], data[field], field)
             if diff:
+                where, a, b = diff
                 raise MergeError(
-                    f"{first_name} and {name} differ in {diff} ({_get(first, diff)!r} and "
-                    f"{_get(data, diff)!r}): merge only shards of one run, made with the same "
-                    "options and thresholds")
+                    f"{first_name} and {name} differ in {where} ({a!r} and {b!r}): merge only "
+                    "shards of one run, made with the same options and thresholds")
         for field in _SAME_PROVENANCE:
             a, b = first["provenance"].get(field), data["provenance"].get(field)
             if a != b:
@@ -231,6 +308,9 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
     failures = [e for _, d in inputs for e in d.get("instrument_failures", [])]
     if failures:  # controls that got a verdict they cannot have (method §12)
         merged["instrument_failures"] = failures
+    skipped = {k: v for _, d in inputs for k, v in (d.get("skipped") or {}).items()}
+    if skipped or any("skipped" in d for _, d in inputs):
+        merged["skipped"] = dict(sorted(skipped.items()))
     errors = [e for _, d in inputs for e in d.get("errors", [])]
     if errors:
         merged["errors"] = errors
@@ -251,12 +331,28 @@ def merge_files(paths: list[Path], out_dir: Path, command: str | None = None) ->
                          "report.html")
     inputs = [(Path(p), load_input(Path(p))) for p in paths]
     merged = merge(inputs, command)
+    samples = check_samples(inputs, [_name(p) for p, _ in inputs])
+    if samples:
+        merged["samples"] = "samples.jsonl"
+    from . import validate
+
     text = json.dumps(merged, indent=1, allow_nan=False)
+    try:  # the merged file must be one its own schema accepts
+        validate.check(json.loads(text), "the merged results", "results")
+    except validate.InvalidFile as exc:
+        raise MergeError(f"{exc}: the shards cannot be merged into a valid results.json") from None
     html = render_report(json.loads(text))  # renders (and validates) before anything is written
     results_path, report_path = out_dir / "results.json", out_dir / "report.html"
-    if any(os.path.realpath(results_path) == os.path.realpath(p) for p in paths):
+    samples_path = out_dir / "samples.jsonl"
+    written = [results_path, report_path] + ([samples_path] if samples else [])
+    if any(os.path.realpath(w) == os.path.realpath(p) for w in written for p in [*paths, *(samples or [])]):
         raise MergeError(f"-o {_name(out_dir)} would overwrite an input; give another folder")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if samples:
+        with atomic_open(samples_path) as f:
+            for part in samples:
+                with open(part, encoding="utf-8") as rows:
+                    f.writelines(line if line.endswith("\n") else line + "\n" for line in rows)
     atomic_write_text(results_path, text)
     atomic_write_text(report_path, html)
     return results_path, report_path, merged

@@ -98,26 +98,21 @@ def validate_results(results) -> None:
 
 
 def load_results(path) -> dict:
-    """Read and validate a results.json; ValueError naming the file and the problem otherwise."""
+    """Read a results.json, parsed strictly and validated against docs/results.schema.json
+    (report/validate.py) and :func:`validate_results`; ValueError naming the file and the problem
+    otherwise."""
+    from . import validate
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such results file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot be read ({exc})") from None
-    try:
-        results = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, "
-                         f"column {exc.colno})") from None
+    if not path.exists():
+        raise ValueError(f"{path}: no such results file")
+    results = validate.read_json(path, "results file")
     try:
         validate_results(results)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+    validate.check(results, f"results file {path}", "results")
     return results
-
-
 
 
 # ------------------------------------------------------------------------------------ thresholds
@@ -307,6 +302,14 @@ def claim_sections(results: dict, index: Index, first: int = FIRST_CLAIM_SECTION
     return out
 
 
+def skipped_groups(skipped: dict) -> list[dict]:
+    """Claim tests skipped without a record (results.json ``skipped``), grouped by reason."""
+    groups: dict[str, list[str]] = {}
+    for node, reason in sorted(skipped.items()):
+        groups.setdefault(str(reason), []).append(str(node).split("::")[-1])
+    return [{"reason": r, "count": len(ids), "examples": ids[:3]} for r, ids in groups.items()]
+
+
 def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
     """Everything the template shows, computed from a validated results dict. The controls'
     records (method §12) make the Controls section; the summary, the grid and the claim sections
@@ -323,6 +326,7 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
         "date": results["provenance"].get("date", "not recorded"),
         "complete": results["complete"], "exit_status": results.get("exit_status"),
         "not_run": not_run, "n_not_run": len(results["not_run"]),
+        "skipped": skipped_groups(results.get("skipped") or {}),
         "summary": summary_context(results, index),
         "gate": gate_context(results),
         "controls": control_section,
@@ -339,12 +343,38 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
     }
 
 
+def safe_link(url: str) -> bool:
+    """Whether ``url`` may be an ``href`` of the report: an http(s) address with a host, or a
+    relative reference (a path, ``#anchor`` or ``?query``). Anything else (``javascript:``,
+    ``data:``, ``file:``, a scheme-relative ``//host``, control characters or spaces, which
+    browsers strip before reading the scheme) is refused."""
+    from urllib.parse import urlsplit
+
+    url = str(url)
+    if not url or any(ord(c) <= 32 or ord(c) == 127 for c in url) or url.startswith(("//", "\\")):
+        return False
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    if parts.scheme:
+        return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
+    return ":" not in url.split("/", 1)[0].split("#", 1)[0].split("?", 1)[0]
+
+
 def method_url_for(out_path=None) -> str:
     """Where the report links "method §N.M": ``$KPCA_METHOD_URL`` if set; else docs/method.md
     relative to the report's folder when the report is written inside this checkout; else
     :data:`DEFAULT_METHOD_URL` (relative to the repository root)."""
     if os.environ.get(METHOD_URL_ENV):
-        return os.environ[METHOD_URL_ENV]
+        url = os.environ[METHOD_URL_ENV]
+        if safe_link(url):
+            return url
+        import warnings
+
+        warnings.warn(f"{METHOD_URL_ENV}={url[:80]!r} is neither an http(s) address nor a "
+                      "relative path: the report links the method document relative to the "
+                      "report instead", UserWarning, stacklevel=2)
     if out_path is not None:
         folder = Path(out_path).resolve().parent
         try:
@@ -367,6 +397,9 @@ def render_report(results: dict, *, method_url: str | None = None) -> str:
         When ``results`` does not follow the results schema (the message names the problem).
     """
     validate_results(results)
+    if method_url is not None and not safe_link(method_url):
+        raise ValueError(f"the method link {method_url[:80]!r} is neither an http(s) address "
+                         "nor a relative path")
     context = _scrub(build_context(results, method_url or method_url_for()))
     return _environment().get_template("report.html.j2").render(**context)
 

@@ -393,7 +393,8 @@ def paths(tmp_path_factory, files) -> dict[str, Path]:
                                      intermediate_size=128, vocab_size=100)
     BertModel(config).save_pretrained(hf)  # config.json + model.safetensors, no tokenizer
     (root / "report_dir").mkdir()
-    return {"root": root, "plain": root / "plain.txt", "hf": hf,
+    (root / "loop").symlink_to(root / "loop")  # a link to itself: ELOOP on every look-up
+    return {"root": root, "plain": root / "plain.txt", "hf": hf, "loop": root / "loop",
             "hf_weights": hf / "model.safetensors", "report_dir": root / "report_dir"}
 
 
@@ -421,7 +422,7 @@ PATH_CASES = [
      lambda f, p, t: [f"--baseline {p['root'] / 'nope.json'} does not exist; give a baseline file, "
                       "or write one first with --update-baseline"]),
     ("baseline-not-json", lambda f, p, t: [*TINY_CKPT(f), "--baseline", str(p["plain"])],
-     lambda f, p, t: [f"--baseline: baseline {p['plain']} is not readable JSON (", "give a baseline "
+     lambda f, p, t: [f"--baseline: baseline {p['plain']} is not valid JSON (", "give a baseline "
                       "written by --update-baseline"]),
     ("update-baseline-is-the-results-file",
      lambda f, p, t: [*TINY_CKPT(f), "--update-baseline", "--baseline", str(t / "out" / "results.json")],
@@ -434,6 +435,24 @@ PATH_CASES = [
     ("hf-folder-without-config", lambda f, p, t: ["--checkpoint", str(f["tiny"]), "--arch",
                                                    str(p["report_dir"]), *TINY_RUN],
      lambda f, p, t: [f"--arch {p['report_dir']} is a folder without config.json"]),
+    # path names the system refuses: usage errors (before: INTERNALERROR, OSError Errno 36, exit 3)
+    ("out-name-too-long", lambda f, p, t: [*TINY_CKPT(f), "--out", str(t / ("o" * 300))],
+     lambda f, p, t: ["--out ", "is 300 bytes long, more than this file system allows (255); "
+                      "give a shorter name"]),
+    ("cache-dir-name-too-long", lambda f, p, t: [*TINY_CKPT(f), "--cache-dir", str(t / ("c" * 300))],
+     lambda f, p, t: ["--cache-dir ", "is 300 bytes long, more than this file system allows"]),
+    ("report-name-too-long", lambda f, p, t: [*TINY_CKPT(f), "--report", "r" * 300 + ".html"],
+     lambda f, p, t: ["--report ", "is 305 bytes long, more than this file system allows"]),
+    ("out-in-a-link-loop", lambda f, p, t: [*TINY_CKPT(f), "--out", str(p["loop"] / "run")],
+     lambda f, p, t: [f"--out {p['loop'] / 'run'}: too many levels of symbolic links at "
+                      f"{p['loop']}", "fix the link or give another path"]),
+    ("report-under-a-file", lambda f, p, t: [*TINY_CKPT(f), "--report", str(p["plain"] / "r.html")],
+     lambda f, p, t: [f"--report {p['plain'] / 'r.html'}: {p['plain']} is a file, not a folder, "
+                      "so nothing can be written inside it; give a path in another folder"]),
+    ("revision-without-hub-model", lambda f, p, t: [*TINY_CKPT(f), "--revision", "v1"],
+     lambda f, p, t: ["--revision v1: a revision pins a model downloaded from the Hugging Face hub, "
+                      "and no hub model is selected (checkpoint-tiny load from files",
+                      "drop --revision, or select a hub model with --models"]),
 ]
 
 
@@ -798,3 +817,12 @@ def test_gamma_spread_of_identical_keys_is_undetermined_not_an_error():
     gamma = gamma_constancy.gamma_spread_batched(k, v)
     assert bool(gamma["undetermined"].all())
     assert _finite({name: gamma[name] for name in ("learned", "eigen", "perturbed")})
+
+
+def test_a_javascript_method_url_stops_at_startup(pytester, tmp_path, files, monkeypatch):
+    """KPCA_METHOD_URL='javascript:…' would put javascript: links into the report."""
+    monkeypatch.setenv("KPCA_METHOD_URL", "javascript:alert(document.cookie)")
+    line = usage_error(claims(pytester, tmp_path, *TINY_CKPT(files)), tmp_path)
+    assert line == ("ERROR: KPCA_METHOD_URL='javascript:alert(document.cookie)' is not a link the "
+                    "report may carry: give an http(s) address or a relative path of "
+                    "docs/method.md, or unset it")

@@ -460,3 +460,62 @@ def test_require_fails_when_a_model_verdict_is_below_its_floor(pytester, gate_en
     assert "REGRESSION claim J checkpoint-run-0042 model: verdict required =supported -> refuted" \
         in text
     assert "REGRESSION claim V" not in text                         # V is inconclusive: enough
+
+
+@pytest.mark.slow
+def test_a_baseline_of_another_selection_or_claim_set_stops_before_any_test(pytester, gate_env):
+    """The baseline holds heads 0,1 of layer 0; a run of head 0 only, or of claim V only, is not
+    comparable: refused at start-up (no test runs, no results.json), not after the run."""
+    out = gate_env["tmp"] / "sel"
+    heads = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+                 "--heads", "0", "--out", str(out))
+    err = heads.stderr.str()
+    assert heads.ret == 4, heads.stdout.str()[-3000:] + err[-2000:]
+    assert "the selection differs: the baseline holds claims E, J, V, layers 0, heads 0,1" in err
+    assert "this run would write claims E, J, V, layers 0, heads 0" in err
+    assert "use the --layers/--heads of the baseline run" in err
+    assert " PASSED" not in heads.stdout.str() and not (out / "results.json").exists()
+    claims = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+                  "-k", "value_vectors", "--out", str(out))
+    assert claims.ret == 4 and "the claim set differs" in claims.stderr.str()
+    assert not (out / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_a_require_clause_that_selects_nothing_is_a_usage_error(pytester, gate_env):
+    out = gate_env["tmp"] / "req"
+    empty = _run(pytester, gate_env, gate_env["b"], "--require", "", "--out", str(out))
+    assert empty.ret == 4 and "--require '' names no claim" in empty.stderr.str()
+    none = _run(pytester, gate_env, gate_env["b"], "--require", "V>=inconclusive",
+                "-k", "gram_spectrum", "--out", str(out))
+    assert none.ret == 4, none.stdout.str()[-2000:]
+    assert ("--require 'V>=inconclusive': the clause V>=inconclusive selects nothing: no "
+            "model-level test of claim V is collected") in none.stderr.str()
+    assert not (out / "results.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text, fragment", [
+    ("[1, 2]", "holds a JSON list ([1, 2]), not an object"),
+    ('{"schema": "kpca-claims/baseline/2", "x": 1e999}', "holds the number 1e999"),
+    ('{"schema": "kpca-claims/baseline/2", "x": ' + "7" * 401 + "}", "a 401-digit integer"),
+    (None, "].metrics.optimal_cosine is 1e+300, outside its range (it must be in [-1, 1])"),
+], ids=["json-list", "1e999", "401-digits", "cosine-1e300"])
+def test_a_baseline_of_the_wrong_type_or_range_stops_at_startup(pytester, gate_env, text, fragment):
+    """Valid JSON of the wrong type, numbers beyond float64 or out of a metric's range: one
+    sentence and exit 4 before any test (before: INTERNALERROR, a traceback after the run with
+    no results.json, or 'no regression' for a cosine of 1e300)."""
+    path = gate_env["tmp"] / "typed.json"
+    if text is None:
+        data = json.loads(gate_env["base"].read_text())
+        next(r for r in data["records"] if "optimal_cosine" in r["metrics"])["metrics"][
+            "optimal_cosine"] = 1e300
+        text = json.dumps(data)
+    path.write_text(text)
+    out = gate_env["tmp"] / "typed"
+    res = _run(pytester, gate_env, gate_env["b"], "--baseline", str(path), "--out", str(out))
+    err = [line for line in res.stderr.str().splitlines() if line.strip()]
+    assert res.ret == 4, res.stdout.str()[-2000:] + res.stderr.str()[-2000:]
+    assert len(err) == 1 and err[0].startswith("ERROR: --baseline: ") and fragment in err[0], err
+    assert "Traceback" not in res.stdout.str() + res.stderr.str()
+    assert not (out / "results.json").exists()

@@ -128,3 +128,34 @@ def test_scans_tolerate_folders_vanishing_underneath(tmp_path):
     finally:
         stop.set()
         worker.join()
+
+
+def test_cache_entries_and_atomic_files_follow_the_umask(tmp_path):
+    """A cache filled by one user of a group is readable (and its locks usable) by the others:
+    entry folders get 0777 less the umask (mkdtemp's 0700 before), their files 0666 less the
+    umask, and a set-group-ID cache folder passes its group bit on (README, "Sharing a cache")."""
+    import os
+    import stat
+
+    from fixtures.cache import Cache
+    from report.atomic import atomic_open
+
+    root = tmp_path / "shared"
+    root.mkdir()
+    os.chmod(root, 0o2775)
+    old = os.umask(0o002)
+    try:
+        def build(folder):
+            (folder / "data.bin").write_bytes(b"x")
+
+        entry = Cache(root).get_or_create("capture", "k" * 64, build)
+        with atomic_open(tmp_path / "samples.jsonl") as f:
+            f.write("{}\n")
+    finally:
+        os.umask(old)
+    mode = entry.stat().st_mode
+    assert stat.S_IMODE(mode) & 0o777 == 0o775 and mode & stat.S_ISGID
+    for path in (entry / "data.bin", entry / "entry.json", Path(str(entry) + ".lock"),
+                 tmp_path / "samples.jsonl"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o664, path
+    assert stat.S_IMODE(entry.parent.stat().st_mode) & 0o777 == 0o775

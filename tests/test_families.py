@@ -7,6 +7,7 @@ The timm ViT and BERT-family adapters have their parity tests in tests/test_capt
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections import Counter
@@ -294,7 +295,7 @@ def test_claims_run_on_gpt2_and_skip_claim_j_with_the_family_reason(pytester, gp
         str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
         "--checkpoint", str(gpt2_folder / "model.safetensors"), "--arch", str(gpt2_folder),
         "--layers", "0", "--heads", "0,1", "--n-samples", "4", "--threads", "1", "-rs",
-        "--out", str(out), "--cache-dir", str(out / "cache"), "--report", "none", timeout=600)
+        "--out", str(out), "--cache-dir", str(out / "cache"), timeout=600)
     text = result.stdout.str()
     assert result.ret in (0, 1), text  # supported or not: a verdict, not a fault
     reason = families.get("hf-gpt2").unsupported_claims["J"]
@@ -306,6 +307,12 @@ def test_claims_run_on_gpt2_and_skip_claim_j_with_the_family_reason(pytester, gp
     assert claims == {"V", "E"}, claims
     model = next(iter(results["models"].values()))
     assert model["family"] == "hf-gpt2"
+    # the reason is in results.json and the report too, not only in the terminal with -rs
+    j_tests = [t for t in results["skipped"] if "test_projection_loss" in t]
+    assert len(j_tests) == 2 and all(reason in results["skipped"][t] for t in j_tests), results["skipped"]
+    assert results["complete"] is True
+    page = (out / "report.html").read_text()
+    assert 'id="skipped"' in page and reason in html.unescape(page)
 
 
 @pytest.mark.slow

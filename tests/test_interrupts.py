@@ -434,3 +434,76 @@ def test_a_read_only_complete_cache_is_used(workdir, reference, tmp_path, small_
     run = _claims_exit(workdir, tmp_path / "out", disk / "cache", "--threads", "1")
     assert run.returncode in (0, 1), (run.stdout[-3000:], run.stderr[-3000:])
     same_numbers(results(tmp_path / "out"), reference["results"])
+
+
+# ------------------------------------------------- every edge of the run inside the fault handling
+@pytest.mark.slow
+def test_ctrl_c_before_the_first_test_finishes_still_writes_the_report(workdir, tmp_path):
+    """SIGINT while the capture is built (no test has finished, no record exists): exit 2, a
+    results.json listing every test under not_run, and a report.html that says it is partial
+    (before: no report.html, although the run promised a "Partial run" page)."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    proc = start_claims(workdir, out, cache, "--threads", "1", "--report",
+                        str(out / "report.html"), pause_in="capture")
+    wait_for_pause(proc, out, "capture")
+    code, output = interrupt(proc, signal.SIGINT)
+    assert code == 2, output[-3000:]
+    partial = results(out)
+    assert partial["records"] == [] and partial["complete"] is False and len(partial["not_run"]) == 6
+    page = " ".join(htmllib.unescape(re.sub(r"<[^>]+>", " ", (out / "report.html").read_text())).split())
+    assert "Partial run , exit status 2." in page and "This is a partial run" in page
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "results.json"]
+
+
+FILL_PLUGIN = '''\
+"""Fill the disk of $KPCA_FILL (a small tmpfs) once the run has started: the pre-flight found
+enough space, the end of the run finds none."""
+import os
+
+
+def pytest_sessionstart(session):
+    with open(os.environ["KPCA_FILL"], "wb") as f:
+        try:
+            while True:
+                f.write(b"\\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+'''
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_up_before_the_samples_are_written_is_a_fault(workdir, tmp_path,
+                                                                        small_disk):
+    """--save-samples and --update-baseline with --out on a 6 MiB tmpfs that fills up during the
+    run: exit 7 with the FAULT paragraph naming samples.jsonl, no traceback, the results in the
+    fallback file (samples: null, the error under errors), no temporary file left on the disk or
+    in the temporary folder, no baseline written (before: a 76-line traceback, exit 1, a 0-byte
+    samples.jsonl, no results.json anywhere, a stray kpca-samples-*.jsonl in /tmp)."""
+    disk = small_disk("6m")
+    out, tmp = disk / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp_path / "kpca_fill.py").write_text(FILL_PLUGIN)
+    env = {**_env(KPCA_FILL=str(disk / "filler"), TMPDIR=str(tmp)),
+           "PYTHONPATH": os.pathsep.join((str(tmp_path), _env()["PYTHONPATH"]))}
+    done = subprocess.run(_command(workdir, out, tmp_path / "cache", "--threads", "1",
+                                   "--save-samples", "--update-baseline", "--baseline",
+                                   str(disk / "baseline.json"), "-p", "kpca_fill"),
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    text = done.stdout + done.stderr
+    assert done.returncode == 7, text[-4000:]
+    assert "Traceback" not in text and "INTERNALERROR" not in text
+    paragraphs = [line for line in done.stdout.splitlines() if line.startswith("FAULT (exit 7")]
+    assert any(f"while writing {out / 'samples.jsonl'} at the end of the run" in p and
+               "No space left on device" in p for p in paragraphs), paragraphs
+    fallback = list(tmp.glob("kpca-claims-*-results.json"))
+    written = fallback[0] if fallback else out / "results.json"
+    data = json.loads(written.read_text())
+    assert data["complete"] is False and data["exit_status"] == 7 and data["samples"] is None
+    assert any(e["where"] == str(out / "samples.jsonl") and "No space left" in e["error"]
+               for e in data["errors"])
+    assert len(data["records"]) == 6  # every verdict kept
+    assert not (disk / "baseline.json").exists()
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert not [n for n in left if n.endswith(".tmp") or n == "samples.jsonl"], left
+    assert [p.name for p in tmp.iterdir()] == [p.name for p in fallback]  # nothing else in TMPDIR

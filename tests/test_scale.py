@@ -167,8 +167,22 @@ def _fake_results(shard: int | None, count: int = 2, models=("m-a", "m-b")) -> d
     return {"schema": RESULTS_SCHEMA, "provenance": prov, "options": {"seed": 0},
             "thresholds": {"V": {"x": 0.5}}, "records": recs, "not_run": [], "complete": True,
             "exit_status": 0,
-            "models": {m: {"key": m, "checkpoint_hash": "c-" + m, "input_set": {
-                "kind": "image", "source": "skimage", "hash": "h1"}} for m in mine}}
+            "models": {m: {"key": m, "checkpoint_hash": "c-" + m, "n_layers": 1, "n_heads": 2,
+                           "input_set": {"kind": "image", "source": "skimage", "hash": "h1",
+                                         "n_samples": 4, "names": []}} for m in mine}}
+
+
+def _timed(data: dict, drop: int = 0, extra: str | None = None, drop_durations: int = 0) -> dict:
+    """``data`` with the durations of its tests (as a run writes them), then ``drop`` records
+    removed by hand, or ``drop_durations`` durations removed."""
+    data = copy.deepcopy(data)
+    data["durations"] = {f"claims/test_value_vectors.py::{r['test_id']}": 0.5 for r in data["records"]}
+    data["skipped"] = {}
+    for _ in range(drop):
+        data["records"].pop()
+    for key in list(data["durations"])[:drop_durations]:
+        del data["durations"][key]
+    return data
 
 
 def _write(path: Path, data) -> str:
@@ -188,8 +202,17 @@ def _changed(data: dict, dotted: str, value) -> dict:
 
 
 BAD_SECOND = {
-    "options": (lambda d: _changed(d, "options.seed", 1), "options.seed"),
-    "thresholds": (lambda d: _changed(d, "thresholds.V.x", 0.6), "thresholds.V.x"),
+    "options": (lambda d: _changed(d, "options.seed", 1), "differ in options.seed (0 and 1)"),
+    "thresholds": (lambda d: _changed(d, "thresholds.V.x", 0.6),
+                   "differ in thresholds.V.x (0.5 and 0.6)"),
+    "string metric": (lambda d: _changed(d, "records", [{**d["records"][0], "metrics": {
+        "optimal_cosine": "0.9"}}]), '.metrics.optimal_cosine is "0.9", not a cosine'),
+    "script metric": (lambda d: _changed(d, "records", [{**d["records"][0], "metrics": {
+        "x": "<script>alert(1)</script>"}}]), ".metrics.x is \"<script>"),
+    "record removed": (lambda d: _timed(d, drop=1), "test_value_vectors[m-b-L00-H1] under "
+                       "durations (it ran) but holds no record of it"),
+    "record added": (lambda d: _timed(d, extra="claims/test_value_vectors.py::x[m-b-L00-H0]",
+                                      drop_durations=1), "a test its durations do not list"),
     "code version": (lambda d: _changed(d, "provenance.git_commit", "def"), "provenance.git_commit"),
     "input set": (lambda d: _changed(d, "models.m-b.input_set.hash", "h2"), "input_set.hash"),
     "same shard twice": (lambda d: _fake_results(1), "both shard 1/2"),
@@ -409,3 +432,33 @@ def test_shard_outside_a_whole_claim_run_is_refused(pytester, tmp_path, args, wo
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     lines = [x for x in result.stderr.str().splitlines() if x.startswith("ERROR:")]
     assert len(lines) == 1 and words in lines[0], result.stderr.str()
+
+
+def test_samples_of_the_shards_are_joined_or_the_merge_is_refused(tmp_path):
+    """--save-samples shards: their samples.jsonl are joined into the merge's (before: silently
+    dropped); a shard without one, or a file that is not there, refuses the merge."""
+    paths = []
+    for k in (1, 2):
+        data = _timed(_fake_results(k))
+        data["samples"] = "samples.jsonl"
+        rows = [{"claim": "V", "model": r["model"], "level": "head", "layer": 0,
+                 "head": r["head"], "sample": s} for r in data["records"] for s in range(3)]
+        folder = tmp_path / f"s{k}"
+        paths.append(_write(folder / "results.json", data))
+        (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "merged"
+    done = _merge(*paths, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["samples"] == "samples.jsonl"
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 and {r["model"] for r in rows} == {"m-a", "m-b"}
+    (tmp_path / "s2" / "samples.jsonl").unlink()
+    done = _merge(*paths, "-o", str(tmp_path / "m2"))
+    assert done.returncode == 4 and "which does not exist" in done.stderr, done.stderr
+    plain = json.loads(Path(paths[1]).read_text())
+    del plain["samples"]
+    _write(tmp_path / "s2" / "results.json", plain)
+    done = _merge(*paths, "-o", str(tmp_path / "m3"))
+    assert done.returncode == 4 and "run every shard with --save-samples, or none" in done.stderr
+    assert not (tmp_path / "m2").exists() and not (tmp_path / "m3").exists()
