@@ -123,6 +123,11 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
                     f"{first_name} and {name} differ in {diff} ({_get(first, diff)!r} and "
                     f"{_get(data, diff)!r}): merge only shards of one run, made with the same "
                     "options and thresholds")
+        a, b = first["provenance"].get("run_id"), data["provenance"].get("run_id")
+        if a != b:  # scripts/slurm-shards.sh: shard folders of an earlier submission
+            raise MergeError(f"{first_name} and {name} differ in provenance.run_id ({a!r} and "
+                             f"{b!r}): they come from different submissions (a stale shard "
+                             "folder?); merge only the shards of one run")
         for field in _SAME_PROVENANCE:
             a, b = first["provenance"].get(field), data["provenance"].get(field)
             if a != b:
@@ -202,7 +207,9 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
             "models": sorted(d["models"]), "date": d["provenance"].get("date"),
             "command": d["provenance"].get("command"),
             "platform": d["provenance"].get("platform"), "device": d["provenance"].get("device"),
-            "complete": d["complete"], "exit_status": d.get("exit_status")}
+            "complete": d["complete"], "exit_status": d.get("exit_status"),
+            **({"interrupted_by": d["interrupted_by"]} if d.get("interrupted_by") else {}),
+            "not_run": len(d["not_run"])}
             for name, (_, d) in zip(names, inputs)],
         "declared_models": sorted(declared),
         "missing_models": missing,
