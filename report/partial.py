@@ -54,6 +54,8 @@ def partial_reasons(results: dict, count_not_run: bool = True) -> list[str]:
         if results.get("interrupted_by") == "SIGTERM":
             out.append("The run was stopped by SIGTERM (a job time limit, scancel or a CI "
                        "cancellation)")
+        elif results.get("exit_status") == 2:
+            out.append("The run was interrupted (Ctrl-C or a signal, exit status 2)")
         elif results.get("exit_status") not in (None, 0, 1) and not results.get("errors"):
             out.append(f"The run ended with exit status {results['exit_status']}")
     errors = results.get("errors") or []

@@ -319,7 +319,7 @@ def test_partial_reasons_of_single_runs():
                        "cancellation)", "2 collected claim tests did not run"]
     assert partial_reasons({"complete": False, "provenance": {}, "exit_status": 2,
                             "not_run": ["a"]}, count_not_run=False) == [
-        "The run ended with exit status 2"]
+        "The run was interrupted (Ctrl-C or a signal, exit status 2)"]
 
 
 # --------------------------------------------------------------------------------- SIGTERM

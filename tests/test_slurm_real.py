@@ -164,6 +164,23 @@ def test_docs_commands_on_a_real_slurm_merge_to_one_runs_results(slurm, tmp_path
     assert merged["exit_status"] == one["exit_status"] == 1
     print(f"docs commands on Slurm: {took:.0f} s (array of 2 + merge)")
 
+    # docs/cluster.md's rerun recipe: shard 2 again (a one-task array: KPCA_SHARDS wins over
+    # SLURM_ARRAY_TASK_COUNT 1), then a new merge of the same run
+    t0 = time.monotonic()
+    again = subprocess.run(["bash", str(SCRIPT), "rerun", "2"], cwd=user, capture_output=True,
+                           text=True, timeout=120, env=_env(KPCA_RUN_DIR=str(run)))
+    assert again.returncode == 0, again.stdout + again.stderr
+    jid, mid = re.search(r"as job (\d+), merge job (\d+)", again.stdout).groups()
+    _wait([jid, mid], timeout=400)
+    jobs = _jobs()
+    assert jobs[f"{jid}_2"]["JobState"] == jobs[mid]["JobState"] == "COMPLETED", jobs[mid]
+    rerun_log = (run / "logs" / f"shard-2.{jid}.out").read_text()
+    assert "shard 2/2: finished" in rerun_log, rerun_log[-2000:]
+    remerged = _load(run / "merged" / "results.json")
+    assert remerged["complete"] and remerged["records"] == one["records"]
+    assert remerged["provenance"]["run_id"] == run_id
+    print(f"rerun of shard 2 and merge: {time.monotonic() - t0:.0f} s")
+
 
 def test_time_limit_and_scancel_leave_partial_shards_and_a_merge_that_names_them(slurm, tmp_path):
     # a plugin that holds the first claim test of each shard until Slurm stops it
