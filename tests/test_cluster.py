@@ -424,3 +424,20 @@ def test_trend_records_name_cache_checkpoints_relative_to_the_cache(tmp_path):
     name, inside = cache_relative(user, tmp_path / "cache-a")
     assert (name, inside) == (str(user), False)
     assert SeriesPoint(3, name, {}, run=None).record_fields() == {"checkpoint": str(user)}
+
+
+# ------------------------------------------------------------------------------------- docs
+def test_readme_points_to_the_cluster_guide_which_covers_every_mode_and_option():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Run on a cluster: shards and merge", 1)[1].split("\n## ", 1)[0]
+    body = [ln for ln in section.strip().splitlines() if ln.strip()]
+    assert len(body) <= 6 and "docs/cluster.md" in section
+    guide = (ROOT / "docs" / "cluster.md").read_text()
+    assert "no slurm was available" not in (readme + guide).lower()
+    usage = SCRIPT.read_text()
+    for word in ("submit", "rerun", "--sbatch", "--merge-sbatch", "--replace", "KPCA_SHARDS",
+                 "KPCA_PYTHON", "KPCA_RUN_DIR", "KPCA_CACHE", "afterany", "afterok",
+                 "logs/shard-K.JOBID.out", "logs/merge.JOBID.out", "${jid%%;*}"):
+        assert word in guide, word
+    for mode in ("submit)", "rerun)", "shard)", "merge)"):
+        assert mode in usage
