@@ -1,6 +1,6 @@
-"""Why a run (or a merge of shards) is partial, in sentences: shards that left no results, shards
-that were cut short (a time limit, ``scancel``, a fault), tests that did not run, faults. The
-merge's own log line (``python -m report merge``) and the report's summary banner both say it."""
+"""Why a merge of shards is partial, in sentences: shards that left no results, shards that were
+cut short (a time limit, ``scancel``, a fault), tests that did not run, faults. The merge's own
+log line (``python -m report merge``) and the merged report's summary banner both say it."""
 
 from __future__ import annotations
 
@@ -50,14 +50,6 @@ def partial_reasons(results: dict, count_not_run: bool = True) -> list[str]:
         if not entry.get("complete", True):
             what = f"Shard {entry['shard']}" if entry.get("shard") else f"Input {entry.get('file')}"
             out.append(f"{what} ({entry.get('file')}) {_ended(entry)}")
-    if not prov.get("merged_from"):
-        if results.get("interrupted_by") == "SIGTERM":
-            out.append("The run was stopped by SIGTERM (a job time limit, scancel or a CI "
-                       "cancellation)")
-        elif results.get("exit_status") == 2:
-            out.append("The run was interrupted (Ctrl-C or a signal, exit status 2)")
-        elif results.get("exit_status") not in (None, 0, 1) and not results.get("errors"):
-            out.append(f"The run ended with exit status {results['exit_status']}")
     errors = results.get("errors") or []
     if errors:
         out.append(f"{_plural(len(errors), 'fault')} (not verdicts): the first, "

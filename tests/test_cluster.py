@@ -309,17 +309,19 @@ def test_a_merge_with_only_a_missing_shard_has_no_not_run_table_but_says_why(tmp
     assert "before collection finished" not in html and "pytest exit status" not in html
 
 
-def test_partial_reasons_of_single_runs():
+def test_partial_reasons_of_a_merge_with_a_fault_and_of_a_complete_one():
     from report.partial import partial_reasons
 
-    assert partial_reasons({"complete": True, "provenance": {}, "not_run": []}) == []
-    reasons = partial_reasons({"complete": False, "provenance": {}, "interrupted_by": "SIGTERM",
-                               "exit_status": 2, "not_run": ["a", "b"]})
-    assert reasons == ["The run was stopped by SIGTERM (a job time limit, scancel or a CI "
-                       "cancellation)", "2 collected claim tests did not run"]
-    assert partial_reasons({"complete": False, "provenance": {}, "exit_status": 2,
-                            "not_run": ["a"]}, count_not_run=False) == [
-        "The run was interrupted (Ctrl-C or a signal, exit status 2)"]
+    assert partial_reasons({"complete": True, "provenance": {"merged_from": [
+        {"file": "a", "shard": "1/1", "complete": True}]}, "not_run": []}) == []
+    reasons = partial_reasons({"complete": False, "not_run": ["t"], "errors": [
+        {"kind": "environment", "error": "OSError: [Errno 28] No space left on device"}],
+        "provenance": {"merged_from": [{"file": "s1/results.json", "shard": "1/1",
+                                        "complete": False, "exit_status": 7, "not_run": 1}]}})
+    assert reasons == [
+        "Shard 1/1 (s1/results.json) ended with exit status 7; 1 claim test of it did not run",
+        "1 fault (not verdicts): the first, environment fault OSError: [Errno 28] No space left "
+        "on device", "1 collected claim test did not run"]
 
 
 # --------------------------------------------------------------------------------- SIGTERM
