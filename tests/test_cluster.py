@@ -6,7 +6,6 @@ The same script on a real Slurm: tests/test_slurm_real.py."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
