@@ -442,3 +442,23 @@ def test_readme_points_to_the_cluster_guide_which_covers_every_mode_and_option()
         assert word in guide, word
     for mode in ("submit)", "rerun)", "shard)", "merge)"):
         assert mode in usage
+
+
+def test_a_trained_series_names_its_checkpoints_relative_to_the_cache(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from fixtures.registry import REGISTRY
+    from fixtures.session import ClaimSession, RunOptions
+
+    spec = REGISTRY["tiny-vit-digits-softmax"]
+    cache = tmp_path / "somewhere" / "cache"
+    session = ClaimSession({spec.key: spec}, RunOptions(n_samples=4, seed=0, cache_dir=str(cache)))
+    checkpoints = [(s, cache / "trained" / "abc" / f"step_{s:06d}.safetensors", {}) for s in (0, 45)]
+    monkeypatch.setattr(session, "_trained", lambda s: SimpleNamespace(checkpoints=checkpoints))
+    monkeypatch.setattr(session, "_trained_run", lambda s, index, tag="": f"run {index}")
+    points = session.series(spec.key)
+    assert [p.record_fields() for p in points] == [
+        {"checkpoint": f"trained/abc/step_{s:06d}.safetensors", "checkpoint_base": "cache"}
+        for s in (0, 45)]
+    assert [p.run for p in points] == ["run 0", "run 1"]
+    assert session.series(spec.key) is points  # kept under the series' name
