@@ -39,7 +39,7 @@ def test_projection_trend(series_ref, claim_session, record_result):
         info = point.run.prepare()
         pooled = claim_j.pooled([point.run.layer_metrics("J", layer) for layer in range(info["n_layers"])],
                                 list(range(info["n_heads"])))
-        points.append({"step": point.step, "checkpoint": point.path,
+        points.append({"step": point.step, **point.record_fields(),
                        "test_accuracy": point.sidecar.get("test_accuracy"),
                        "train_loss": point.sidecar.get("train_loss"),
                        "checkpoint_hash": info["checkpoint_hash"],

@@ -36,12 +36,13 @@ def merge_main(argv: list[str]) -> int:
         parser.exit(4, f"{parser.prog}: error: {exc}\n")
     except OSError as exc:
         parser.exit(4, f"{parser.prog}: error: cannot write into {args.out} ({exc.strerror or exc})\n")
-    missing = merged["provenance"]["missing_models"]
+    from .partial import partial_reasons
+
     print(results)
     print(report)
-    if missing:
-        print(f"partial merge: no results for {len(missing)} model(s) of the declared run: "
-              f"{', '.join(missing)}", file=sys.stderr)
+    if not merged["complete"]:
+        print("partial merge (complete: false): " + "; ".join(partial_reasons(merged)),
+              file=sys.stderr)
     return 0
 
 

@@ -200,6 +200,11 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
                 raise MergeError(
                     f"{first_name} and {name} differ in {where} ({a!r} and {b!r}): merge only "
                     "shards of one run, made with the same options and thresholds")
+        a, b = first["provenance"].get("run_id"), data["provenance"].get("run_id")
+        if a != b:  # scripts/slurm-shards.sh: shard folders of an earlier submission
+            raise MergeError(f"{first_name} and {name} differ in provenance.run_id ({a!r} and "
+                             f"{b!r}): they come from different submissions (a stale shard "
+                             "folder?); merge only the shards of one run")
         for field in _SAME_PROVENANCE:
             a, b = first["provenance"].get(field), data["provenance"].get(field)
             if a != b:
@@ -279,7 +284,9 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
             "models": sorted(d["models"]), "date": d["provenance"].get("date"),
             "command": d["provenance"].get("command"),
             "platform": d["provenance"].get("platform"), "device": d["provenance"].get("device"),
-            "complete": d["complete"], "exit_status": d.get("exit_status")}
+            "complete": d["complete"], "exit_status": d.get("exit_status"),
+            **({"interrupted_by": d["interrupted_by"]} if d.get("interrupted_by") else {}),
+            "not_run": len(d["not_run"])}
             for name, (_, d) in zip(names, inputs)],
         "declared_models": sorted(declared),
         "missing_models": missing,

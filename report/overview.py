@@ -9,6 +9,7 @@ from claims import registry
 
 from .common import count, fmt
 from .index import Index, spec_of
+from .partial import declared_models
 
 #: How a claim's unit reads in counts.
 UNIT_WORDS = {"head": "heads", "layer": "layers"}
@@ -40,7 +41,8 @@ def not_run_groups(index: Index) -> list[dict]:
     func_claim = {}
     for rec in index.records:
         func_claim.setdefault(_test_function(rec.test_id or ""), rec.claim)
-    models = index.models()
+    # models of the declared run that left no record (a shard cut short) still name their tests
+    models = sorted(set(index.models()) | set(declared_models(index.results)))
     file_claims = _test_file_claims()
     groups: dict[tuple[str, str, str], list[str]] = {}
     for node in sorted(str(n) for n in index.results["not_run"]):

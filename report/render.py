@@ -35,6 +35,7 @@ from .atomic import atomic_write_text
 from .common import LETTERS, VERDICT_HELP, direction, flat, fmt
 from .index import Index, spec_of
 from .overview import grid_context, not_run_groups, summary_context
+from .partial import partial_reasons
 from .sections import controls, generic
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -327,6 +328,8 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
         "complete": results["complete"], "exit_status": results.get("exit_status"),
         "not_run": not_run, "n_not_run": len(results["not_run"]),
         "skipped": skipped_groups(results.get("skipped") or {}),
+        "partial_reasons": partial_reasons(results, count_not_run=False),
+        "merged": bool(results["provenance"].get("merged_from")),
         "summary": summary_context(results, index),
         "gate": gate_context(results),
         "controls": control_section,

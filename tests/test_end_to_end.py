@@ -114,10 +114,10 @@ def test_arch_mismatch_is_one_clear_sentence(pytester, tiny_checkpoint, tmp_path
 def test_assignment_threads_one_on_cpu_and_a_share_of_the_cores_beside_a_gpu(monkeypatch):
     from fixtures import model_run as session
 
-    monkeypatch.setattr(session.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     assert session.assignment_threads("cpu") == session.ASSIGNMENT_THREADS == 1
-    assert session.assignment_threads("cuda:0") == 15  # the 16 cores less the device's driver
+    assert session.assignment_threads("cuda:0") == 15  # the 16 allowed CPUs less the driver
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "8")
     assert session.assignment_threads("cuda:3") == 1
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")

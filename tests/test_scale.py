@@ -319,7 +319,7 @@ def test_the_switch_sends_the_cpu_down_the_accelerator_path(monkeypatch):
     from fixtures import model_run as session
     from fixtures.device import ACCELERATOR_PATH_ENV, on_accelerator_path
 
-    monkeypatch.setattr(session.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     monkeypatch.delenv(ACCELERATOR_PATH_ENV, raising=False)
     assert not on_accelerator_path("cpu") and on_accelerator_path("cuda:0")
@@ -367,44 +367,7 @@ def test_accelerator_path_on_the_cpu_gives_the_cpu_numbers(tmp_path, monkeypatch
                                                msg=f"{claim} {key} (max_memory {max_memory})")
 
 
-# ------------------------------------------------------------------------------ schedulers
-def test_slurm_script_is_valid_bash_and_runs_one_shard_per_array_task(tmp_path):
-    """scripts/slurm-shards.sh under a fake Slurm: stub sbatch/python record their calls."""
-    script = ROOT / "scripts" / "slurm-shards.sh"
-    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    log = tmp_path / "calls.log"
-    for name, reply in (("python", ""), ("sbatch", "echo '123;cluster'")):
-        (stub / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n{reply}\n')
-        (stub / name).chmod(0o755)
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "KPCA_RUN_DIR": str(run_dir),
-           "KPCA_PYTHON": "python", "SLURM_SUBMIT_DIR": str(ROOT)}
-
-    def calls(*args, **extra):
-        log.unlink(missing_ok=True)
-        done = subprocess.run(["bash", str(script), *args], env={**env, **extra},
-                              capture_output=True, text=True, timeout=60)
-        return done, (log.read_text().strip().splitlines() if log.exists() else [])
-
-    done, call = calls("shard", "--models", "paper", SLURM_ARRAY_TASK_ID="2",
-                       SLURM_ARRAY_TASK_COUNT="3")
-    assert done.returncode == 0, done.stderr
-    assert call == [f"python -m pytest claims/ --shard 2/3 --out {run_dir}/shard-2 --models paper"]
-    for k in (1, 3):  # shard 2 failed: the merge goes on with 1 and 3 and says so
-        _write(run_dir / f"shard-{k}" / "results.json", "{}")
-    done, call = calls("merge", KPCA_SHARDS="3")
-    assert done.returncode == 0 and "shard 2/3 left no results.json" in done.stderr
-    assert call == [f"python -m report merge {run_dir}/shard-1/results.json "
-                    f"{run_dir}/shard-3/results.json -o {run_dir}/merged"]
-    done, call = calls("submit", "3", "--models", "paper")
-    assert done.returncode == 0, done.stderr
-    assert call[0].startswith(f"sbatch --parsable --array=1-3 --export=ALL,KPCA_RUN_DIR={run_dir},"
-                              f"KPCA_SHARDS=3 {script} shard --models paper")
-    assert call[1].startswith("sbatch --dependency=afterany:123 ") and call[1].endswith(" merge")
-    done, _ = calls("shard")  # not inside an array job: one clear sentence
-    assert done.returncode != 0 and "sbatch --array" in done.stderr
+# (scripts/slurm-shards.sh: tests/test_cluster.py, and on a real Slurm tests/test_slurm_real.py)
 
 
 def test_bench_run_device_is_checked_like_the_suites(capsys):
