@@ -291,6 +291,9 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
     index = Index(results)
     not_run = not_run_groups(index)
     sections = claim_sections(results, index)
+    from .multiverse import context as opt_in_context
+
+    opt = opt_in_context(results)  # --multiverse, --training-dynamics, --seeds (if run)
     return {
         "title": "Self-attention as kernel PCA: a reproducibility report",
         "date": results["provenance"].get("date", "not recorded"),
@@ -303,7 +306,8 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
                          "n": len(r.series or []) if hasattr(r, "series") else 0}
                         for r in index.series()],
         "claim_sections": sections,
-        "thresholds_number": FIRST_CLAIM_SECTION + len(sections),
+        "opt": opt, "opt_number": FIRST_CLAIM_SECTION + len(sections),
+        "thresholds_number": FIRST_CLAIM_SECTION + len(sections) + opt["n"],
         "thresholds": threshold_sections(results["thresholds"], method_url),
         "provenance": provenance_context(results, index),
         "verdicts": [(v, LETTERS[v], VERDICT_HELP[v]) for v in VERDICTS],
