@@ -276,19 +276,58 @@ def judged(outcome: dict, entry: str, decide: dict[str, str], unit_names: list[s
             res["unit_counts"] = counts(res["units"])
         return res
     model_rec = outcome["model"]
+    statistic = decide.get("j_statistic", J_DEFAULT_STATISTIC) if entry == "J" else None
     res = {}
     if entry != "E-gamma":
-        res["verdict"] = _verdict_of(model_rec, rule_set)
-        metrics = model_rec["metrics"]
+        res["verdict"] = _verdict_of(model_rec, rule_set, statistic)
+        metrics = dict(model_rec["metrics"])
+        if statistic not in (None, J_DEFAULT_STATISTIC):
+            metrics["log10_ratio"] = _token_statistic(model_rec, statistic)
         res["metrics"] = {m: metrics.get(m) for m in HEADLINE[entry]}
     if unit_of is not None:
-        res["units"] = [_verdict_of(rec, rule_set) for rec in outcome["units"].values()]
+        res["units"] = [_verdict_of(rec, rule_set, statistic) for rec in outcome["units"].values()]
         res["unit_counts"] = counts(res["units"])
     return res
 
 
-def _verdict_of(record, rule_set: str | None) -> str:
+#: Claim J's magnitude statistic (the ``j_statistic`` axis, method §14.2): the judged one is the
+#: ratio of pooled means (method §3.2); the others are per-token statistics of the claim-J
+#: records' ``tokens`` (method §3.7), put in its place in the rules that judge ``log10_ratio``.
+J_DEFAULT_STATISTIC = "pooled-means"
+J_STATISTICS = {"per-token-median": "median_log10_ratio",
+                "p2-trimmed-median": "p2_appendix_log10_ratio"}
+
+
+def _token_statistic(record: dict, statistic: str) -> float | None:
+    if statistic not in J_STATISTICS:
+        raise GridError(f"unknown claim-J statistic {statistic!r}; the grid may use "
+                        f"{J_DEFAULT_STATISTIC!r} or {', '.join(map(repr, J_STATISTICS))}")
+    return (record.get("tokens") or {}).get(J_STATISTICS[statistic])
+
+
+def _rejudged_j(record: dict, statistic: str, rule_set: str) -> str:
+    """A claim-J record judged with its ``log10_ratio`` replaced by a per-token statistic (and
+    that metric's interval dropped: it was the pooled ratio's); undetermined when the record has
+    no such statistic (method §6.2)."""
+    value = _token_statistic(record, statistic)
+    if value is None:
+        return verdicts.UNDETERMINED
+    metrics = {**record["metrics"], "log10_ratio": value}
+    ci = {k: b for k, b in (record.get("ci") or {}).items() if k != "log10_ratio"}
+    undefined = {k: r for k, r in (record.get("undefined") or {}).items() if k != "log10_ratio"}
+    extra = {}
+    fit = record.get("output_fit") or {}
+    if "vs_null" in fit and "at_chance" in fit["vs_null"]:
+        extra["at_chance"] = {"output_r2": bool(fit["vs_null"]["at_chance"])}
+    _, both = verdicts.judge_both("claim_j", metrics, ci or None, rules_name=rule_set,
+                                  undefined=undefined, **extra)
+    return both[rule_set]
+
+
+def _verdict_of(record, rule_set: str | None, statistic: str | None = None) -> str:
     both = record.get("verdicts") or {}
+    if statistic not in (None, J_DEFAULT_STATISTIC):
+        return _rejudged_j(record, statistic, rule_set or record["rules"])
     if rule_set is None:
         return record["verdict"]
     if rule_set not in both:

@@ -298,3 +298,22 @@ def test_a_new_seed_trains_the_default_recipe_with_only_the_seed_changed(monkeyp
     import dataclasses
 
     assert asked[0] == dataclasses.replace(trained_config(spec), seed=3)
+
+
+def test_the_claim_j_statistic_axis_rejudges_with_a_per_token_statistic():
+    from claims.names import J_METRICS
+
+    metrics = {name: 1.0 for name in J_METRICS}
+    metrics.update(log10_ratio=3.0, bessel_share=1.0)  # pooled means: refuted by P2's bar
+    record = {"metrics": metrics, "verdicts": {"p2": R, "ours": R}, "verdict": R, "rules": "p2",
+              "tokens": {"median_log10_ratio": -1.0, "p2_appendix_log10_ratio": 1.0}}
+    outcome = {"model": record, "units": {"L00": record}}
+    pooled = mv.judged(outcome, "J", {"rules": "p2", "j_statistic": "pooled-means"}, ["L00"])
+    median = mv.judged(outcome, "J", {"rules": "p2", "j_statistic": "per-token-median"}, ["L00"])
+    p2med = mv.judged(outcome, "J", {"rules": "p2", "j_statistic": "p2-trimmed-median"}, ["L00"])
+    assert pooled["verdict"] == R  # the record's own verdict, untouched
+    assert median["verdict"] == S and median["metrics"]["log10_ratio"] == -1.0
+    assert p2med["verdict"] == I  # 0 < 1 < 2: neither bar
+    no_tokens = {**record, "tokens": None}
+    assert mv.judged({"model": no_tokens, "units": {}}, "J",
+                     {"rules": "p2", "j_statistic": "per-token-median"}, [])["verdict"] == U
