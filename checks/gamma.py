@@ -22,6 +22,7 @@ import torch
 from ._validation import check_ndim, check_same_batch
 from .errors import check_finite
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs
+from .invariant_subspace import invariant_subspace_residual
 
 
 def recover_axes(v: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
@@ -340,6 +341,8 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
                pairwise_spread(gamma, valid, relative=False).split(widths, dim=-1))
     for name, rel, absolute in zip(candidates, *spreads):
         out[name], out[f"{name}_abs"] = rel, absolute
+        # the basis-free form of γ constancy: is span(Â) K̃-invariant? (method §4.2)
+        out[f"{name}_subspace"] = invariant_subspace_residual(kg.centred, candidates[name])
     if bool((degenerate & ~kg.undetermined).any()):
         where = tuple(int(i) for i in torch.nonzero(degenerate & ~kg.undetermined)[0])
         raise ValueError(f"γ column of a determined head at index {where} has fewer than two "

@@ -11,8 +11,10 @@ from __future__ import annotations
 import torch
 
 from . import similarity
+from .degenerate import effective_rows
 from .errors import check_finite
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs, kpca_values
+from .nulls import shuffled_token_null
 
 METRIC_NAMES = (
     "direct_cosine",
@@ -70,6 +72,7 @@ def value_vector_metrics_batched(
     convention: str = "p2",
     null_axes: torch.Tensor | None = None,
     null_seed: int = 0,
+    null_perm: torch.Tensor | None = None,
     dtype: torch.dtype = DEFAULT_DTYPE,
     defer_matching: bool = False,
     atol: float,
@@ -93,6 +96,10 @@ def value_vector_metrics_batched(
         axes as given (unit columns), whatever ``convention`` is.
     null_seed : int
         Seed for the default A₀ (the caller derives it from the test id).
+    null_perm : LongTensor [..., N], optional
+        One permutation of the tokens per head: the null is then the token-shuffled V̂, ΠV̂
+        (:func:`checks.nulls.shuffled_token_null`; method §2.3), exchangeable with V̂ when V
+        carries no KPCA structure, instead of the random-basis V̂₀. Exclusive with ``null_axes``.
     dtype : torch.dtype
         Precision of all the math (float64 by default; float32 is an option to record).
     defer_matching : bool
@@ -148,7 +155,12 @@ def value_vector_metrics_batched(
     check_finite(v, "values")
     v_hat = _pad_columns(gram.kpca_values(convention), d)  # method §1, P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
 
-    if null_axes is None:
+    if null_perm is not None:
+        if null_axes is not None:
+            raise ValueError("give null_axes (random-basis null) or null_perm (token-shuffled "
+                             "null), not both")
+        v_null = shuffled_token_null(v_hat, null_perm)  # method §2.3: ΠV̂
+    elif null_axes is None:
         a0 = random_orthonormal(n, m, null_seed, batch_shape, dtype=dtype).to(k.device)
     else:
         if not isinstance(null_axes, torch.Tensor) or tuple(null_axes.shape) != (*batch_shape, n, m):
@@ -156,7 +168,8 @@ def value_vector_metrics_batched(
             raise ValueError(f"null_axes must have shape {(*batch_shape, n, m)} (A₀), got {got}")
         a0 = null_axes.to(device=k.device, dtype=dtype)
         check_finite(a0, "null_axes")
-    v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # method §2: V̂₀ = G(I − 11ᵀ/N)A₀
+    if null_perm is None:
+        v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # V̂₀ = G(I − 11ᵀ/N)A₀
 
     metrics, cos = similarity.metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
     out = {}
@@ -174,6 +187,7 @@ def value_vector_metrics_batched(
     else:
         out["mu_d"] = torch.zeros(batch_shape, dtype=gram.eigenvalues.dtype, device=k.device)
     out["threshold"] = gram.threshold
+    out["effective_rows"] = effective_rows(gram.log_g)  # method §2.2: degenerate when ≈ 1
     return out
 
 

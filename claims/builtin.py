@@ -35,6 +35,8 @@ J = register(ClaimSpec(
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
     layer_metrics="claims.claim_j:layer_metrics", code=("claims/claim_j.py",),
     metrics=J_METRICS, report_context="report.sections.claim_j:context",
+    # per-token tensors are NaN past each sample's own token count (method §3.7)
+    nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq"),
     template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py"))
 
 E = register(ClaimSpec(

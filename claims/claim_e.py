@@ -12,7 +12,7 @@ from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
 from checks.stats import (bootstrap_indices, bootstrap_weights, masked_mean, percentile_interval,
                           position_between, seed_from)
 
-from . import verdicts
+from . import claim_v, verdicts
 from .names import E_ROUTES as ROUTES
 from .records import EHeadRecord, EModelRecord
 
@@ -71,11 +71,40 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
     ci = _finite_intervals(route_ci(stats, per_sample_finite, seed_from(f"E-{model}-model")),
                            metrics)
     v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined)
+    evidence = verdicts.format_evidence(v, ci=ci, both=both)
+    notes = construction_notes(per_layer, heads, v.verdict)
+    if notes:
+        evidence += "\n" + "\n".join(f"  note: {n}" for n in notes.values())
     return EModelRecord(claim="E", level="model", model=model, verdict=v.verdict, verdicts=both,
                         rules=rules, metrics=metrics, ci=ci, routes=routes,
                         route_ratios=defined_values(raw_std["ratio"], {}), layers=layers,
-                        heads=heads, evidence=verdicts.format_evidence(v, ci=ci, both=both),
-                        undefined=undefined or None, reason=v.reason or None)
+                        heads=heads, evidence=evidence,
+                        undefined=undefined or None, reason=v.reason or None,
+                        extra={"notes": notes} if notes else {})
+
+
+def construction_notes(per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                       verdict: str) -> dict[str, str]:
+    """What a claim-E model verdict rests on (method §4.1): ``"by_construction"`` when the raw
+    and standardised routes give the same spectra to round-off in every (sample, layer, head),
+    i.e. the model standardises its keys itself and the raw/standardised rule holds by
+    construction; ``"one_head"`` when the naive float32 route fails in exactly one (layer, head),
+    so a refutation by that rule rests on that head alone."""
+    notes: dict[str, str] = {}
+    same = all(bool(torch.allclose(t["mu_log_raw"][:, heads], t["mu_log_standardized"][:, heads],
+                                   rtol=1e-6, atol=0.0)) for t in per_layer.values())
+    if same:
+        notes["by_construction"] = (
+            f"{verdict} by construction for the raw-vs-standardised rule: the model's keys are "
+            "already standardised per token (the two routes agree to 1e-6 in every sample), so "
+            "that rule cannot fail; it says nothing about P1's eigenvalue statistics")
+    failing = [(layer, h) for layer, t in sorted(per_layer.items()) for h in heads
+               if not bool(t["naive_finite"][:, h].all())]
+    if len(failing) == 1:
+        layer, h = failing[0]
+        notes["one_head"] = (f"the naive float32 route fails in one (layer, head) only, "
+                             f"L{layer:02d}-H{h}: a refutation by that rule rests on that head")
+    return notes
 
 
 def _finite_intervals(ci: dict, metrics: dict) -> dict:
@@ -135,30 +164,76 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
         return position_between(means["learned"], means["eigen"], means["perturbed"])
 
     position = defined("gamma_position", contrast, undefined)
+    subspace = subspace_summary(t, head, keep)
+    if subspace is not None:
+        undefined.update(subspace.pop("undefined"))
     closer = (torch.abs(t["gamma_learned"][:, head] - t["gamma_eigen"][:, head])
               < torch.abs(t["gamma_learned"][:, head] - t["gamma_perturbed"][:, head]))
-    metrics = {**means, "gamma_position": position}
+    metrics = {**means, "gamma_position": position,
+               "gamma_subspace_position": None if subspace is None else subspace["position"]}
+    if subspace is None:
+        undefined["gamma_subspace_position"] = "no invariant-subspace residuals in these tensors"
     keeps = t["undetermined"]  # every head's kept samples, as above, for the layer's one pass
     share = keeps.to(torch.float64).mean(0)
     keeps = torch.where(share > max_share, torch.ones_like(keeps), ~keeps)
-    ci = _finite_intervals(gamma_ci(t, keeps, seed_from(f"E-{model}-L{layer:02d}"))[head], metrics)
+    seed = seed_from(f"E-{model}-L{layer:02d}")
+    ci = _finite_intervals(gamma_ci(t, keeps, seed)[head], metrics)
+    if subspace is not None:
+        sub_t = {f"gamma_{name}": t[f"gamma_{name}_subspace"] for name in ("learned", "eigen",
+                                                                            "perturbed")}
+        sub_ci = gamma_ci(sub_t, keeps, seed)[head]["gamma_position"]
+        ci.update(_finite_intervals({"gamma_subspace_position": sub_ci}, metrics))
+    n_eff, degenerate = None, False
+    if "effective_rows" in t:
+        n_eff, degenerate = claim_v.degeneracy(t["effective_rows"][:, head], keep)
     record = EHeadRecord(claim="E", level="head", model=model, layer=layer, head=head,
                          metrics=metrics, abs=absolute,
                          closer_to_eigen_share=float(closer[keep].to(torch.float64).mean()),
-                         n_samples=n, n_undetermined=n_undet, ci=ci, rules=rules)
+                         n_samples=n, n_undetermined=n_undet, ci=ci, rules=rules,
+                         effective_rows=n_eff, subspace=None if subspace is None else
+                         {k: subspace[k] for k in ("learned", "eigen", "perturbed")})
+    if degenerate:  # method §2.2: the axes are about one token's; counted apart, never judged
+        record.verdict = verdicts.UNDETERMINED
+        record.verdicts = {r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS}
+        record.degenerate = True
+        record.reason = (f"degenerate: V_hat is carried by about one token (median effective "
+                         f"number of rows of G {n_eff:.3g} <= {claim_v.degenerate_bar():g}; "
+                         "method §2.2)")
+        return record
     if n_undet / max(n, 1) > max_share:
         record.verdict = verdicts.UNDETERMINED
         record.verdicts = {r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS}
         record.reason = (f"{n_undet} of {n} samples have an undetermined eigen control "
                          "(mu_d is round-off, method §2)")
         return record
-    v, both = verdicts.judge_both(GAMMA, {"gamma_position": position}, ci,
-                                  rules_name=rules, undefined=undefined)
+    v, both = verdicts.judge_both(GAMMA, {"gamma_position": position,
+                                          "gamma_subspace_position": metrics["gamma_subspace_position"]},
+                                  ci, rules_name=rules, undefined=undefined)
     record.verdict, record.verdicts = v.verdict, both
     record.evidence = verdicts.format_evidence(v, ci=ci, both=both)
     if undefined:
         record.undefined, record.reason = undefined, v.reason
     return record
+
+
+def subspace_summary(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor) -> dict | None:
+    """Means over the kept samples of the invariant-subspace residuals ρ of the learned axes and
+    the two controls, and the learned axes' position between them (method §4.2); None when the
+    tensors carry no residuals. ``"undefined"`` holds the reason when the controls coincide."""
+    if "gamma_learned_subspace" not in t:
+        return None
+    means = {name: float(masked_mean(t[f"gamma_{name}_subspace"][:, head].to(torch.float64),
+                                     keep)[0]) for name in ("learned", "eigen", "perturbed")}
+    undefined: dict[str, str] = {}
+
+    def contrast() -> float:
+        if not means["perturbed"] > means["eigen"]:
+            raise UndefinedValueError("the perturbed control's subspace residual does not exceed "
+                                      "the true eigenvectors': no contrast to judge by")
+        return position_between(means["learned"], means["eigen"], means["perturbed"])
+
+    return {**means, "position": defined("gamma_subspace_position", contrast, undefined),
+            "undefined": undefined}
 
 
 _GAMMA_CACHE: dict[tuple, tuple[dict, list[dict]]] = {}
@@ -237,6 +312,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
     from checks import gamma as gamma_constancy
     from checks import spectrum
+    from checks.degenerate import effective_rows
     from checks.errors import NonFiniteError
     from checks.gram import KeyGram
 
@@ -274,5 +350,8 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
         for name in ("learned", "eigen", "perturbed"):
             values[f"gamma_{name}"] = gamma[name].mean(-1)
             values[f"gamma_{name}_abs"] = gamma[f"{name}_abs"].mean(-1)
+            values[f"gamma_{name}_subspace"] = gamma[f"{name}_subspace"]  # method §4.2
+        values["effective_rows"] = effective_rows(  # method §2.2: degenerate heads
+            (std if ctx.options.standardize else raw).log_g)
         ctx.fill(out, chunk, heads, values)
     return out

@@ -48,14 +48,107 @@ def pooled_ci(layer_terms: list[dict[str, torch.Tensor]], heads: list[int], seed
             for name, draws in (("log10_ratio", ratio), ("bessel_share", bessel[idx].sum(1) / total))}
 
 
+#: The metrics the ``ours`` rule set judges claim J by (method §3.6): the output fit's R², its
+#: excess over the token-shuffled null, and the per-token magnitudes at the fit.
+OURS_METRICS = ("output_r2", "output_r2_excess", "fit_median_log10_ratio", "fit_bessel_share")
+
+
+def token_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: list[int]) -> dict | None:
+    """Per-token statistics of the given layers' selected heads, all their tokens pooled
+    (method §3.7, :func:`checks.projection_tokens.token_ratio_summary`), and the per-token
+    magnitudes at the output fit (method §3.6): ``fit_median_log10_ratio`` (median over tokens
+    of log10 ‖h*‖²/‖φ‖²) and ``fit_bessel_share`` (share of tokens with ‖h*‖² ≤ ‖φ‖²). None when
+    the terms carry no per-token tensors."""
+    from checks.projection_tokens import log10_token_ratios, token_ratio_summary
+
+    if "token_log_phi_sq" not in layer_terms[0]:
+        return None
+
+    def cat(name):
+        return torch.cat([t[name][:, heads].reshape(-1) for t in layer_terms]).to(torch.float64)
+    log_phi = cat("token_log_phi_sq")
+    valid = torch.isfinite(log_phi)
+    out = token_ratio_summary(log_phi, cat("token_h_sq"), valid)
+    fit = log10_token_ratios(log_phi[valid], cat("token_fit_h_sq")[valid])
+    out["fit_median_log10_ratio"] = float(fit.quantile(0.5))
+    out["fit_bessel_share"] = float((fit <= 0).to(torch.float64).mean())
+    return out
+
+
+def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: list[int],
+                          seed: int) -> dict | None:
+    """The output fit's R² and its null over the given layers' selected heads (method §3.6):
+    means over (sample, head) units, the excess (R² − null)/(1 − null), 95% bootstrap intervals
+    over samples (whole samples, all their units together), and the tests against chance on the
+    per-sample mean difference R² − null: the sign-flip test ("above chance") and the
+    equivalence test ("at chance", margin ``[claim_j.ours.chance_margin.output_r2]``), method §7.2.
+    None when the terms carry no output fit."""
+    from checks.nulls import tost_pvalues
+    from checks.stats import bootstrap_weights, excess_over_null, sign_flip_pvalues
+
+    if "output_r2" not in layer_terms[0]:
+        return None
+    settings = verdicts.rule_set_settings()
+    r2 = torch.cat([t["output_r2"][:, heads] for t in layer_terms], dim=1).to(torch.float64)
+    null = torch.cat([t["output_r2_null"][:, heads] for t in layer_terms], dim=1).to(torch.float64)
+    per_sample = torch.stack([r2.mean(1), null.mean(1)], dim=1)  # [S, 2]
+    mean = per_sample.mean(0)
+    weights = bootstrap_weights(per_sample.shape[0], seed, int(settings["bootstrap_resamples"]))
+    draws = (weights @ per_sample) / weights.sum(1, keepdim=True)  # [R, 2]
+    excess = excess_over_null(draws[:, 0], draws[:, 1])
+    level = float(settings["confidence"])
+    ci = percentile_interval(torch.stack([draws[:, 0], draws[:, 1], excess], 1), level).tolist()
+    diff = (per_sample[:, 0] - per_sample[:, 1]).unsqueeze(1)
+    resamples = int(settings["permutation_resamples"])
+    margin = float(verdicts.chance_margins(CLAIM)["output_r2"])
+    alpha = float(settings["alpha"])
+    p = float(sign_flip_pvalues(diff, None, seed, resamples)[0])
+    p_tost = float(tost_pvalues(diff, None, margin, seed, resamples)[0])
+    return {"output_r2": float(mean[0]), "output_r2_null": float(mean[1]),
+            "output_r2_excess": float(excess_over_null(float(mean[0]), float(mean[1]))),
+            "ci": {"output_r2": ci[0], "output_r2_excess": ci[2]}, "ci_null": ci[1],
+            "vs_null": {"p": p, "above_chance": p < alpha, "tost_p": p_tost,
+                        "at_chance": p_tost < alpha, "margin": margin,
+                        "n_samples": int(per_sample.shape[0])}}
+
+
 def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
-            rules: str = "ours", **extra) -> JRecord:
+            rules: str = "ours", tokens: dict | None = None, fit: dict | None = None,
+            **extra) -> JRecord:
     metrics = {k: values[k] for k in J_METRICS}
     undefined = {k: r for k, r in values.get("undefined", {}).items()}  # method §6.2
     if ci:  # an interval only for a defined value, with finite bounds (method §6.2)
         ci = {k: b for k, b in ci.items() if metrics.get(k) is not None
               and all(math.isfinite(float(x)) for x in b)}
-    v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined)
+    at_chance = None
+    bar = next((r.value for r in verdicts.ours_rules(CLAIM, "supported") if r.metric == "output_r2"),
+               None)
+    if fit is not None and bar is not None and fit["output_r2_null"] >= bar:
+        # the token-shuffled V̂ already meets the support bar: softmax·V spans whatever
+        # softmax·V̂ spans (attention of rank <= d), so the fit cannot tell (method §3.6)
+        why = (f"the output fit cannot discriminate: the token-shuffled V_hat already explains "
+               f"{fit['output_r2_null']:.3g} of the output (>= the support bar {bar:g}), as "
+               "happens when the attention matrix has rank <= d")
+        for name in OURS_METRICS:
+            metrics[name] = None
+            undefined[name] = why
+        ci = {k: b for k, b in (ci or {}).items() if k not in OURS_METRICS}
+    elif fit is not None and tokens is not None:  # the ours rule set's metrics (method §3.6)
+        metrics.update({"output_r2": fit["output_r2"], "output_r2_excess": fit["output_r2_excess"],
+                        "fit_median_log10_ratio": tokens["fit_median_log10_ratio"],
+                        "fit_bessel_share": tokens["fit_bessel_share"]})
+        ci = {**(ci or {}), **fit["ci"]}
+        at_chance = {"output_r2": bool(fit["vs_null"]["at_chance"])}
+    else:
+        for name in OURS_METRICS:
+            metrics[name] = None
+            undefined[name] = "no per-token terms or output fit in these layer terms"
+    v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined,
+                                  at_chance=at_chance)
+    if tokens is not None:
+        extra["tokens"] = tokens
+    if fit is not None:
+        extra["output_fit"] = {k: fit[k] for k in ("output_r2_null", "ci_null", "vs_null")}
     return JRecord(claim="J", level=level, model=model, layer=layer,
                    verdict=v.verdict, verdicts=both, rules=rules, metrics=metrics,
                    p1_code={"log_phi_sq_mean": values["p1_log_phi_sq_mean"],
@@ -70,8 +163,11 @@ def layer_record(model: str, layer: int, terms: dict[str, torch.Tensor], heads: 
                  rules: str = "ours") -> JRecord:
     per_head = {name: [pooled([terms], [h])[name] for h in heads]
                 for name in J_METRICS}
-    ci = pooled_ci([terms], heads, seed_from(f"J-{model}-L{layer:02d}"))
+    seed = seed_from(f"J-{model}-L{layer:02d}")
+    ci = pooled_ci([terms], heads, seed)
     return _record("layer", model, layer, pooled([terms], heads), ci=ci, rules=rules,
+                   tokens=token_statistics([terms], heads),
+                   fit=output_fit_statistics([terms], heads, seed),
                    per_head=per_head, heads=heads)
 
 
@@ -79,9 +175,17 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
                  rules: str = "ours") -> JRecord:
     layers = sorted(per_layer)
     per_layer_values = [pooled([per_layer[l]], heads) for l in layers]
-    ci = pooled_ci([per_layer[l] for l in layers], heads, seed_from(f"J-{model}-model"))
-    return _record("model", model, None, pooled([per_layer[l] for l in layers], heads),
+    seed = seed_from(f"J-{model}-model")
+    terms = [per_layer[l] for l in layers]
+    ci = pooled_ci(terms, heads, seed)
+    tokens = token_statistics(terms, heads)
+    if tokens is not None:  # the heavy tail per layer, for the report (method §3.7)
+        tokens["per_layer"] = {name: [token_statistics([per_layer[l]], heads)[name] for l in layers]
+                               for name in ("median_log10_ratio", "top_phi_share",
+                                            "p2_appendix_log10_ratio")}
+    return _record("model", model, None, pooled(terms, heads),
                    ci=ci, rules=rules, layers=layers, heads=heads,
+                   tokens=tokens, fit=output_fit_statistics(terms, heads, seed),
                    per_layer={name: [v[name] for v in per_layer_values]
                               for name in ("phi_sq_mean", "h_sq_mean", "j_proj", "log10_ratio",
                                            "bessel_share")})
@@ -150,38 +254,87 @@ def message(record: JRecord | JTrendRecord, what: str) -> str:
 # ------------------------------------------------------------------ per-layer computation
 # Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
 # a fixtures.model_run.LayerContext. Moved from fixtures/session.py (ModelRun._compute_claim_j).
-def layer_metrics(ctx) -> dict[str, torch.Tensor]:
-    """Claim-J terms of every (sample, head) of one layer, [B, H]: token means of ‖φ‖² (also
-    in log space) and ‖h‖², J_proj, the Bessel share, the token count, and the p1-code ‖φ‖²."""
-    from checks.errors import NonFiniteError
+def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                     convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The KPCA output fit of method §3.6 for a batch [b, h, n, d] of (already cast and
+    standardised) queries, keys and values: V̂ of the keys, the attention probabilities, the fit
+    of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V̂."""
+    from checks.gram import KeyGram
+    from checks.nulls import shuffled_token_null
+    from checks.output_fit import kpca_output_fit
+
+    d = v.shape[-1]
+    v_hat = KeyGram(k, scale=scale, dtype=k.dtype, top=min(d, k.shape[-2])).kpca_values(convention)
+    probs = torch.softmax(scale * q @ k.transpose(-1, -2), dim=-1)
+    return kpca_output_fit(probs, v, v_hat, shuffled_token_null(v_hat, perm))
+
+
+#: The per-token tensors of the layer terms [B, H, N_max] (method §3.7).
+TOKEN_TERMS = ("token_log_phi_sq", "token_h_sq", "token_fit_h_sq")
+
+
+def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                standardize: bool, convention: str, perm: torch.Tensor,
+                dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """Claim J's terms of a batch of heads q, k, v [b, h, n, d] (one token count): the token
+    means [b, h] of method §3.1, the output fit [b, h] of method §3.6 with ``perm`` [b, h, n]
+    the null's token permutations, and the per-token tensors [b, h, n] of :data:`TOKEN_TERMS`."""
     from checks.gram import standardize_tokens
     from checks.projection import log_phi_sq_norm_p1_code, projection_terms_batched
+
+    exact = projection_terms_batched(q, k, v, scale=scale, standardize=standardize, dtype=dtype)
+    # The p1-code variant differs from the exact terms only in ‖φ‖² (h is the same):
+    # its log ‖φ‖² alone, on the same (cast, standardised) q and k, not the whole set.
+    qd, kd = q.to(dtype), k.to(dtype)
+    if standardize:
+        qd, kd = standardize_tokens(qd), standardize_tokens(kd)
+    p1 = {"log_phi_sq": log_phi_sq_norm_p1_code(qd, kd, scale)}
+    fit = output_fit_terms(qd, kd, v.to(dtype), scale, convention, perm)
+    n_tok = q.shape[-2]
+    return {
+        "token_log_phi_sq": exact["log_phi_sq"], "token_h_sq": exact["h_sq"],
+        "token_fit_h_sq": fit["fitted_h_sq"],
+        "output_r2": fit["r2"], "output_r2_null": fit["r2_null"],
+        # log of the token mean of ‖φ‖², exact even where ‖φ‖² underflows
+        "log_phi_sq_mean": torch.logsumexp(exact["log_phi_sq"], -1) - math.log(n_tok),
+        "phi_sq_mean": exact["phi_sq"].mean(-1),
+        "h_sq_mean": exact["h_sq"].mean(-1),
+        "j_proj": exact["j_proj"],
+        "bessel_share": exact["bessel_share"],
+        "n_tokens": torch.full(exact["j_proj"].shape, float(n_tok)),
+        "p1_log_phi_sq_mean": torch.logsumexp(p1["log_phi_sq"], -1) - math.log(n_tok),
+    }
+
+
+def layer_metrics(ctx) -> dict[str, torch.Tensor]:
+    """Claim-J terms of every (sample, head) of one layer, [B, H]: token means of ‖φ‖² (also
+    in log space) and ‖h‖², J_proj, the Bessel share, the token count, and the p1-code ‖φ‖²;
+    the output fit's R² and its null [B, H] (method §3.6); and per token [B, H, N_max] (NaN past
+    a sample's own N): log ‖φ‖², ‖h‖² and the fitted ‖h*‖² (method §3.7)."""
+    from checks.errors import NonFiniteError
 
     info = ctx.info
     dtype = ctx.options.torch_dtype
     out: dict[str, torch.Tensor] = {}
+    lengths = ctx.token_counts()
+    n_max = int(max(lengths))
+    gens = [torch.Generator().manual_seed(seed_from("J-" + ctx.head_id(h)))
+            for h in range(ctx.shape[1])]
+    # the output fit's null permutations (ΠV̂, method §3.6), in sample order for every head
+    nulls = [torch.stack([torch.randperm(int(n), generator=g) for g in gens]) for n in lengths]
+
+    def padded(x: torch.Tensor) -> torch.Tensor:  # [b, h, n] -> [b, h, n_max], NaN beyond n
+        return torch.nn.functional.pad(x.to(torch.float64), (0, n_max - x.shape[-1]),
+                                       value=math.nan)
+
     for chunk, heads, q, k, v in ctx.groups():
+        perm = torch.stack([nulls[b][heads] for b in chunk]).to(k.device)
         try:
-            exact = projection_terms_batched(q, k, v, scale=info["scale"],
-                                             standardize=ctx.options.standardize,
-                                             dtype=dtype)
-            # The p1-code variant differs from the exact terms only in ‖φ‖² (h is the same):
-            # its log ‖φ‖² alone, on the same (cast, standardised) q and k, not the whole set.
-            qd, kd = q.to(dtype), k.to(dtype)
-            if ctx.options.standardize:
-                qd, kd = standardize_tokens(qd), standardize_tokens(kd)
-            p1 = {"log_phi_sq": log_phi_sq_norm_p1_code(qd, kd, info["scale"])}
+            values = batch_terms(q, k, v, info["scale"], ctx.options.standardize,
+                                 ctx.options.convention, perm, dtype)
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
-        n_tok = q.shape[-2]
-        ctx.fill(out, chunk, heads, {
-            # log of the token mean of ‖φ‖², exact even where ‖φ‖² underflows
-            "log_phi_sq_mean": torch.logsumexp(exact["log_phi_sq"], -1) - math.log(n_tok),
-            "phi_sq_mean": exact["phi_sq"].mean(-1),
-            "h_sq_mean": exact["h_sq"].mean(-1),
-            "j_proj": exact["j_proj"],
-            "bessel_share": exact["bessel_share"],
-            "n_tokens": torch.full(exact["j_proj"].shape, float(n_tok)),
-            "p1_log_phi_sq_mean": torch.logsumexp(p1["log_phi_sq"], -1) - math.log(n_tok),
-        })
+        for name in TOKEN_TERMS:
+            values[name] = padded(values[name])
+        ctx.fill(out, chunk, heads, values)
     return out

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from checks.nulls import tost_pvalues
 from checks.stats import (adjust_pvalues, bootstrap_weights, excess_over_null, masked_mean,
                           percentile_interval, seed_from, sign_flip_pvalues)
 
@@ -14,8 +17,10 @@ from .records import VRecord
 
 CLAIM = "claim_v"
 METRICS = V_MEASURED
-#: The metrics tested against their null (method §7): the judged ones (the overlap for its excess).
-CHANCE_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")
+#: The metrics tested against their null (method §7.2): the judged subspace overlap, and P2's
+#: CKAs for the record. Not the optimal cosine: its matching ignores token order, so against the
+#: token-shuffled null V̂ it scores exactly what it scores against V̂ (method §2.3).
+CHANCE_METRICS = ("linear_cka", "kernel_cka", "subspace_overlap")
 
 
 def _undetermined_max_share() -> float:
@@ -94,17 +99,27 @@ def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: i
     return out if per_unit else out[0]
 
 
-def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> torch.Tensor:
+def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
+                   equivalence: bool = False) -> torch.Tensor:
     """One-sided sign-flip p-values (method §7, :func:`checks.stats.sign_flip_pvalues`) of
     metric − null over samples, [U, len(CHANCE_METRICS)], for ``metrics`` [S, U] (each unit's
-    kept samples)."""
+    kept samples). ``equivalence``: the p-values of the equivalence test "at chance" instead
+    (TOST with the margins of ``[claim_v.ours.chance_margin]``, :func:`checks.nulls.tost_pvalues`;
+    a metric without a margin gets p = 1)."""
     settings = verdicts.rule_set_settings()
     diffs = torch.stack([metrics[m].to(torch.float64) - metrics[f"{m}_null"].to(torch.float64)
                          for m in CHANCE_METRICS], dim=-1)  # [S, U, M]
     s, u, m = diffs.shape
     mask = keep.unsqueeze(-1).expand(s, u, m).reshape(s, u * m)
-    p = sign_flip_pvalues(diffs.reshape(s, u * m), mask, seed, int(settings["permutation_resamples"]))
-    return p.reshape(u, m)
+    resamples = int(settings["permutation_resamples"])
+    if not equivalence:
+        p = sign_flip_pvalues(diffs.reshape(s, u * m), mask, seed, resamples)
+        return p.reshape(u, m)
+    margins = verdicts.chance_margins(CLAIM)
+    margin = torch.tensor([margins.get(name, math.nan) for name in CHANCE_METRICS],
+                          dtype=torch.float64)
+    p = tost_pvalues(diffs.reshape(s, u * m), mask, margin.repeat(u), seed, resamples)
+    return torch.where(torch.isnan(margin).repeat(u), torch.ones_like(p), p).reshape(u, m)
 
 
 def smallest_p(n_kept: int) -> float:
@@ -117,16 +132,29 @@ def smallest_p(n_kept: int) -> float:
     return 1.0 / (int(verdicts.rule_set_settings()["permutation_resamples"]) + 1.0)
 
 
-def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int) -> dict:
-    """``{metric: {"p", "p_adjusted", "above_chance", "can_reject"}}`` from p-values
-    [len(CHANCE_METRICS)]. ``can_reject`` is False when even the most extreme data could not
-    reach p < alpha with ``n_kept`` samples (e.g. 2**−4 = 0.0625 with 4): then "not above
-    chance" is no evidence, and the ``ours`` rule set does not refute on it."""
+def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int,
+                   tost: torch.Tensor | None = None,
+                   tost_adjusted: torch.Tensor | None = None) -> dict:
+    """``{metric: {"p", "p_adjusted", "above_chance", "can_reject", "tost_p",
+    "tost_p_adjusted", "at_chance", "margin"}}`` from p-values [len(CHANCE_METRICS)] of the
+    test against chance and (optional) of the equivalence test (method §7.2). ``can_reject``
+    is False when even the most extreme data could not reach p < alpha with ``n_kept`` samples
+    (e.g. 2**−4 = 0.0625 with 4): then neither "above chance" nor "at chance" can be shown.
+    "Not above chance" is never read as "at chance": only the equivalence test says that."""
     alpha = float(verdicts.rule_set_settings()["alpha"])
     can = smallest_p(n_kept) < alpha
-    return {m: {"p": float(p[i]), "p_adjusted": float(p_adjusted[i]),
-                "above_chance": bool(float(p_adjusted[i]) < alpha), "can_reject": can}
-            for i, m in enumerate(CHANCE_METRICS)}
+    margins = verdicts.chance_margins(CLAIM)
+    out = {}
+    for i, m in enumerate(CHANCE_METRICS):
+        entry = {"p": float(p[i]), "p_adjusted": float(p_adjusted[i]),
+                 "above_chance": bool(float(p_adjusted[i]) < alpha), "can_reject": can}
+        if tost is not None:
+            adj = tost if tost_adjusted is None else tost_adjusted
+            entry.update({"tost_p": float(tost[i]), "tost_p_adjusted": float(adj[i]),
+                          "at_chance": bool(can and float(adj[i]) < alpha),
+                          "margin": margins.get(m)})
+        out[m] = entry
+    return out
 
 
 def _keep_mask(undetermined: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -166,10 +194,14 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
     keep = torch.stack([_keep_mask(undet[:, u])[0] for u in range(undet.shape[1])], dim=1)
     p = chance_pvalues(metrics, keep, seed_from(f"{model}-V-vs-null"))  # [U, M]
-    adjusted = adjust_pvalues(p.T, verdicts.rule_set_settings()["correction"]).T
+    correction = verdicts.rule_set_settings()["correction"]
+    adjusted = adjust_pvalues(p.T, correction).T
+    tost = chance_pvalues(metrics, keep, seed_from(f"{model}-V-at-chance"), equivalence=True)
+    tost_adjusted = adjust_pvalues(tost.T, correction).T
     units = [(l, h) for l in layers for h in heads]
     n_kept = keep.sum(0)
-    result = {unit: {"vs_null": vs_null_record(p[i], adjusted[i], int(n_kept[i]))}
+    result = {unit: {"vs_null": vs_null_record(p[i], adjusted[i], int(n_kept[i]), tost[i],
+                                               tost_adjusted[i])}
               for i, unit in enumerate(units)}
     all_metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
                    for name in METRICS for n in (name, f"{name}_null")}
@@ -181,10 +213,26 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     return result
 
 
+def degenerate_bar() -> float:
+    """``[claim_v.degenerate] max_effective_rows`` (method §2.2)."""
+    return float(verdicts.load_thresholds()[CLAIM]["degenerate"]["max_effective_rows"])
+
+
+def degeneracy(effective_rows: torch.Tensor | None, keep: torch.Tensor) -> tuple[float | None, bool]:
+    """(median effective rows of G over the kept samples, whether the unit is degenerate:
+    that median ≤ ``[claim_v.degenerate] max_effective_rows``, method §2.2)."""
+    if effective_rows is None:
+        return None, False
+    rows = effective_rows.reshape(-1).to(torch.float64)
+    kept = rows[keep.reshape(-1)] if bool(keep.any()) else rows
+    median = float(kept.median())
+    return median, median <= degenerate_bar()
+
+
 def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
            few_tokens: torch.Tensor | None = None, n_tokens: torch.Tensor | None = None,
            seed: int = 0, vs_null: dict | None = None, rules: str = "ours",
-           intervals: dict | None = None) -> dict:
+           intervals: dict | None = None, effective_rows: torch.Tensor | None = None) -> dict:
     """The verdict for one unit (a head over its samples, or a model over its heads and samples).
 
     ``metrics[name]``, ``undetermined`` and the optional ``few_tokens`` (N ≤ d) and ``n_tokens``
@@ -217,24 +265,47 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
     summary = summarize(flat, keep)
     keep2 = ~undet2
     stats = intervals or interval_stats(grid, keep2, seed)
+    n_eff, degenerate = degeneracy(effective_rows, keep)
+    if degenerate:  # method §2.2: V_hat is about one token's row; counted apart, never judged
+        return {"verdict": verdicts.UNDETERMINED, **summary, **stats,
+                "verdicts": {r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS}, "rules": rules,
+                **({"vs_null": vs_null} if vs_null else {}), "n_samples": n_total,
+                "n_undetermined": n_undet, "effective_rows": n_eff, "degenerate": True,
+                "reason": (f"degenerate: V_hat is carried by about one token (median effective "
+                           f"number of rows of G, 1/sum w^2 with w the normalised 1/g^2 weights, "
+                           f"{n_eff:.3g} <= {degenerate_bar():g}; method §2.2)")}
     if vs_null is None:  # model level: one test over samples of the per-sample mean difference
         k = keep2.to(torch.float64)
         count = k.sum(1, keepdim=True)
         per_sample = {n: ((grid[n].to(torch.float64) * k).sum(1, keepdim=True) / count.clamp_min(1))
                       for name in CHANCE_METRICS for n in (name, f"{name}_null")}
         p = chance_pvalues(per_sample, count > 0, seed)[0]
-        vs_null = vs_null_record(p, p, int((count > 0).sum()))
+        tost = chance_pvalues(per_sample, count > 0, seed, equivalence=True)[0]
+        vs_null = vs_null_record(p, p, int((count > 0).sum()), tost, tost)
     above = ({m: t["above_chance"] for m, t in vs_null.items()}
              if all(t.get("can_reject", True) for t in vs_null.values()) else None)
-    v, both = verdicts.judge_both(CLAIM, summary["metrics"], stats["ci"], above, rules)
+    at = {m: bool(t.get("at_chance")) for m, t in vs_null.items()}
+    v, both = verdicts.judge_both(CLAIM, summary["metrics"], stats["ci"], above, rules,
+                                  at_chance=at)
     return {"verdict": v.verdict, "verdicts": both, "rules": rules, **summary, **stats,
             "vs_null": vs_null, "n_samples": n_total, "n_undetermined": n_undet,
+            **({"effective_rows": n_eff} if n_eff is not None else {}),
             "evidence": verdicts.format_evidence(
                 v, summary["null"],
                 extra={k: summary["metrics"][k] for k in ("subspace_overlap", "direct_cosine",
                                                          "pearson", "relative_frobenius",
                                                          "allclose")},
-                ci=stats["ci"], vs_null=vs_null, both=both)}
+                ci=stats["ci"], vs_null=vs_null, both=both) + _p2_evidence(summary, rules)}
+
+
+def _p2_evidence(summary: dict, rules: str) -> str:
+    """Under ``ours``, P2's rules on P2's metrics (the ``p2`` rule set, on the means) after the
+    chosen verdict's evidence, so a reader sees both (method §7.3)."""
+    if rules == "p2":
+        return ""
+    p2 = verdicts.judge(CLAIM, summary["metrics"])
+    return ("\n  P2's rules on P2's metrics (rule set p2, means):\n"
+            + verdicts.format_evidence(p2, summary["null"]))
 
 
 def p2_code_summary(layer_metrics: dict[str, torch.Tensor], head: int | None,
@@ -266,7 +337,7 @@ def p2_code_summary(layer_metrics: dict[str, torch.Tensor], head: int | None,
     return out
 
 
-_NOT_METRICS = ("undetermined", "mu_d", "threshold", "few_tokens", "n_tokens")
+_NOT_METRICS = ("undetermined", "mu_d", "threshold", "few_tokens", "n_tokens", "effective_rows")
 
 
 def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torch.Tensor],
@@ -283,11 +354,14 @@ def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torc
         keep, _ = _keep_mask(undet)
         grid = {n: per_head[n].unsqueeze(1) for m in METRICS for n in (m, f"{m}_null")}
         p = chance_pvalues(grid, keep.unsqueeze(1), seed_from(f"{model}-V-vs-null"))[0]
-        statistics = {"vs_null": vs_null_record(p, p, int(keep.sum())),
+        tost = chance_pvalues(grid, keep.unsqueeze(1), seed_from(f"{model}-V-at-chance"),
+                              equivalence=True)[0]
+        statistics = {"vs_null": vs_null_record(p, p, int(keep.sum()), tost, tost),
                       **interval_stats(grid, keep.unsqueeze(1), head_seed(model), per_unit=True)[0]}
     intervals = {k: statistics[k] for k in ("ci", "ci_null")}
+    eff = layer_metrics["effective_rows"][:, head] if "effective_rows" in layer_metrics else None
     result = decide(per_head, undet, **extra, vs_null=statistics["vs_null"], rules=rules,
-                    intervals=intervals)
+                    intervals=intervals, effective_rows=eff)
     result["mu_d_min"] = float(layer_metrics["mu_d"][:, head].min())
     result.update(p2_code_summary(layer_metrics, head, _keep_mask(undet)[0]) or {})
     return VRecord(claim="V", level="head", model=model, layer=layer, head=head, **result)
@@ -299,7 +373,7 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     """P2's aggregation: the rule applied to the model average over (layer, head, sample); the
     CI resamples samples with all their (layer, head) units together."""
     names = [n for n in next(iter(per_layer.values()))
-             if n not in ("mu_d", "threshold") and not n.startswith("p2code_")]
+             if n not in ("mu_d", "threshold", "effective_rows") and not n.startswith("p2code_")]
     stacked = {n: torch.cat([m[n][:, heads] for m in per_layer.values()], dim=1) for n in names}
     undetermined = stacked.pop("undetermined")
     extra = {n: stacked.pop(n) for n in ("few_tokens", "n_tokens") if n in stacked}
@@ -339,7 +413,6 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-V metrics of every (sample, head) of one layer: tensors of shape [B, H]."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    import checks
     from checks.errors import NonFiniteError
     from checks.p2_code import p2_code_subset, scatter_rows
     from checks.similarity import matched_cosine
@@ -351,9 +424,9 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     lengths = ctx.token_counts()
     gens = [torch.Generator().manual_seed(seed_from(ctx.head_id(h)))
             for h in range(shape[1])]
-    # The null's Gaussian draws, in sample order for every head whatever the grouping.
-    nulls = [torch.stack([torch.randn(int(n), d, generator=g, dtype=torch.float64) for g in gens])
-             for n in lengths]
+    # The null's token permutations (ΠV̂, method §2.3), in sample order for every head whatever
+    # the grouping: one generator per head, one permutation per (sample, head).
+    nulls = [torch.stack([torch.randperm(int(n), generator=g) for g in gens]) for n in lengths]
     p2_samples = p2_code_subset(shape[0], ctx.model)  # method §8.3: a seeded subset
     out: dict[str, torch.Tensor] = {}
     # The Hungarian steps (scipy, CPU; it releases the GIL) of one batch run in other threads
@@ -370,19 +443,18 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
         optimal = torch.stack([f.result() for f in against_v_hat])
         ctx.fill(out, done_chunk, done_heads, {
             "optimal_cosine": optimal,
-            "optimal_cosine_null": torch.stack([f.result() for f in against_null]),
+            # the optimal matching ignores token order: against ΠV̂ it is the same (method §2.3)
+            "optimal_cosine_null": optimal.clone(),
             "p2code_optimal_cosine": scatter_rows([f.result() for f in p2code], rows,
                                                   *optimal.shape)})
 
     try:
         for chunk, heads, _q, k, v in ctx.groups():
-            a0 = checks.gram.orthonormalize(
-                torch.stack([nulls[b][heads] for b in chunk]).to(k.device))
-            a0 = a0[..., : min(d, k.shape[-2])]
+            perm = torch.stack([nulls[b][heads] for b in chunk]).to(k.device)
             try:
                 m = value_vector_metrics_batched(
                     k, v, scale=info["scale"], standardize=ctx.options.standardize,
-                    convention=ctx.options.convention, null_axes=a0,
+                    convention=ctx.options.convention, null_perm=perm,
                     dtype=ctx.options.torch_dtype, defer_matching=True,
                     **verdicts.allclose_tolerance())
             except NonFiniteError as exc:
@@ -392,7 +464,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
             p2code = _p2_code(k, v, info, ctx.options, m, rows)  # method §8.3: never judged
             pending.append((chunk, heads,  # one task per sample and target: [H, N, N] each
                             [pool.submit(matched_cosine, c) for c in cos[0]],
-                            [pool.submit(matched_cosine, c) for c in cos[1]],
+                            [],  # no matching against ΠV̂: it would repeat the one above
                             rows, [pool.submit(matched_cosine, c) for c in p2code]))
             n_tok = k.shape[-2]
             m["n_tokens"] = torch.full(m["undetermined"].shape, float(n_tok))

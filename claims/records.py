@@ -157,17 +157,19 @@ class VRecord(Record):
     p2_code: dict[str, float] | None = None
     p2_code_units: int | None = None  # p2_code over a seeded subset of samples (method §8.3)
     p2_code_exact: dict[str, float] | None = None
+    effective_rows: float | None = None  # median 1/Σw² of G's 1/g² weights (method §2.2)
+    degenerate: bool | None = None  # V_hat carried by about one token: never judged
 
     _HEAD = ("claim", "level", "model", "layer", "head", "layers", "heads", "head_verdicts",
              "head_verdicts_by_rules")
     _ORDER = (*_HEAD, "verdict", "verdicts", "rules", "metrics", "null", "std", "n_used", "ci",
               "ci_null", "vs_null", "n_samples", "n_undetermined", "evidence", "mu_d_min",
-              "p2_code", "p2_code_units", "p2_code_exact")
+              "p2_code", "p2_code_units", "p2_code_exact", "effective_rows", "degenerate")
     #: An unjudged (undetermined) record lists its verdicts after the statistics.
     _UNDETERMINED_ORDER = (*_HEAD, "verdict", "metrics", "null", "std", "n_used", "ci", "ci_null",
                            "verdicts", "rules", "vs_null", "n_samples", "n_undetermined",
                            "n_few_tokens", "reason", "mu_d_min", "p2_code",
-                           "p2_code_units", "p2_code_exact")
+                           "p2_code_units", "p2_code_exact", "effective_rows", "degenerate")
 
     def _order(self) -> tuple[str, ...]:
         # a judged record carries evidence; one left unjudged (too many undetermined samples)
@@ -186,10 +188,12 @@ class JRecord(Record):
     layers: list[int] | None = None
     heads: list[int] | None = None
     per_layer: dict[str, list] | None = None
+    tokens: dict[str, Any] | None = None  # per-token statistics of ||h||^2/||phi||^2 (method §3.7)
+    output_fit: dict[str, Any] | None = None  # the KPCA output fit and its null (method §3.6)
 
     _ORDER = ("claim", "level", "model", "layer", "head", "verdict", "verdicts", "rules",
               "metrics", "p1_code", "reference", "evidence", "ci", "per_head", "layers", "heads",
-              "per_layer", "undefined", "reason")
+              "per_layer", "tokens", "output_fit", "undefined", "reason")
 
 
 @dataclass(kw_only=True)
@@ -227,10 +231,14 @@ class EHeadRecord(Record):
     closer_to_eigen_share: float | None = None
     n_samples: int | None = None
     n_undetermined: int | None = None
+    effective_rows: float | None = None  # median 1/Σw² of G's 1/g² weights (method §2.2)
+    degenerate: bool | None = None
+    subspace: dict[str, float] | None = None  # invariant-subspace residuals (method §4.2)
 
     _ORDER = ("claim", "level", "model", "layer", "head", "metrics", "abs",
               "closer_to_eigen_share", "n_samples", "n_undetermined", "ci", "rules", "verdict",
-              "verdicts", "evidence", "undefined", "reason")
+              "verdicts", "evidence", "undefined", "reason", "effective_rows", "degenerate",
+              "subspace")
 
 
 _CLASSES: dict[tuple[str, str], type[Record]] = {

@@ -104,8 +104,12 @@ def _parse_thresholds(path: str) -> dict:
 def _validated(data: dict, where: str) -> dict:
     """``data`` (rule sections), after checking every rule has value, direction and source."""
     for claim, section in data.items():
-        for kind in ("supported", "refuted"):
-            for metric, rule in section.get(kind, {}).items():
+        ours = section.get("ours", {}) if isinstance(section, dict) else {}
+        for kind, table in (("supported", section.get("supported", {})),
+                            ("refuted", section.get("refuted", {})),
+                            ("ours.supported", ours.get("supported", {})),
+                            ("ours.refuted", ours.get("refuted", {}))):
+            for metric, rule in table.items():
                 missing = {"value", "direction", "source"} - set(rule)
                 if missing:
                     raise ValueError(f"{where}: [{claim}.{kind}.{metric}] lacks {sorted(missing)}")
@@ -117,6 +121,24 @@ def _validated(data: dict, where: str) -> dict:
 def rules(claim: str, kind: str, path: str | None = None) -> list[Rule]:
     section = load_thresholds(path)[claim].get(kind, {})
     return [Rule(m, float(r["value"]), r["direction"], r["source"]) for m, r in section.items()]
+
+
+def ours_rules(claim: str, kind: str, path: str | None = None) -> list[Rule]:
+    """The ``ours`` rule set's own ``kind`` rules of ``claim`` (``[claim.ours.supported]`` /
+    ``[claim.ours.refuted]``: invariant metrics, method §7.3); the shared ``[claim.kind]`` rules
+    when the claim has no table of its own."""
+    ours = load_thresholds(path)[claim].get("ours", {})
+    if "supported" not in ours and "refuted" not in ours:
+        return rules(claim, kind, path)
+    return [Rule(m, float(r["value"]), r["direction"], r["source"])
+            for m, r in ours.get(kind, {}).items()]
+
+
+def chance_margins(claim: str, path: str | None = None) -> dict[str, float]:
+    """``{metric: margin}`` of the equivalence test "at chance" (``[claim.ours.chance_margin]``,
+    method §7.2): |mean(metric − null)| < margin."""
+    table = load_thresholds(path)[claim].get("ours", {}).get("chance_margin", {})
+    return {m: float(r["value"]) for m, r in table.items()}
 
 
 def judge(claim: str, metrics: dict[str, float | None], path: str | None = None,
@@ -180,7 +202,7 @@ def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
         null_txt = f"  (chance level {null:.4g})" if null is not None else ""
         lines.append(f"  {name:<26} {format_number(value)}{null_txt}")
     if v.reason:
-        lines.append(f"  undetermined: {v.reason}")
+        lines.append(f"  {'undetermined' if v.verdict == UNDETERMINED else 'why'}: {v.reason}")
     return "\n".join(lines)
 
 
@@ -297,7 +319,8 @@ def _at_bound(rule: Rule, ci: tuple[float, float] | list[float]) -> float:
 
 def judge_ours(claim: str, metrics: dict[str, float | None], ci: dict,
                above_chance: dict | None = None, path: str | None = None,
-               undefined: dict[str, str] | None = None) -> Verdict:
+               undefined: dict[str, str] | None = None,
+               at_chance: dict | None = None) -> Verdict:
     """The ``ours`` rule set (method §7): every bar of ``claim`` applied to the CI bound least
     favourable to it (metrics without a CI, or named in ``[claim.ours].exact_metrics``, are
     judged on their value). For claim V, also *refuted* when none of
@@ -309,14 +332,14 @@ def judge_ours(claim: str, metrics: dict[str, float | None], ci: dict,
     section = load_thresholds(path)[claim]
     extra = section.get("ours", {})
     exact = set(extra.get("exact_metrics", []))
-    sup, ref = rules(claim, "supported", path), rules(claim, "refuted", path)
+    sup, ref = ours_rules(claim, "supported", path), ours_rules(claim, "refuted", path)
 
     def value(rule: Rule) -> float:
         if rule.metric in ci and rule.metric not in exact:
             return _at_bound(rule, ci[rule.metric])
         return metrics[rule.metric]
 
-    refuted_any = section.get("refuted_mode", "all") == "any"
+    refuted_any = extra.get("refuted_mode", section.get("refuted_mode", "all")) == "any"
     combine = any if refuted_any else all
     reasons = []
     if sup and all(r.holds(value(r)) for r in sup):
@@ -326,6 +349,14 @@ def judge_ours(claim: str, metrics: dict[str, float | None], ci: dict,
         refuted = bool(ref) and combine(r.holds(value(r)) for r in ref)
         if refuted:
             reasons.append("the refuted bars hold over the whole 95% CI")
+        equivalent = [m for m in extra.get("at_chance_metrics", [])
+                      if at_chance is not None and at_chance.get(m)]
+        if equivalent:
+            refuted = True
+            margins = chance_margins(claim, path)
+            reasons.append("at chance: " + ", ".join(
+                f"{m} within +-{margins.get(m, float('nan')):g} of its null (TOST)"
+                for m in equivalent))
         chance = extra.get("above_chance_metrics", [])
         if chance and above_chance is not None and all(m in above_chance for m in chance):
             if not any(above_chance[m] for m in chance):
@@ -350,13 +381,15 @@ def judge_ours(claim: str, metrics: dict[str, float | None], ci: dict,
 def judge_both(claim: str, metrics: dict[str, float | None], ci: dict | None,
                above_chance: dict | None = None, rules_name: str = "ours",
                path: str | None = None,
-               undefined: dict[str, str] | None = None) -> tuple[Verdict, dict[str, str]]:
+               undefined: dict[str, str] | None = None,
+               at_chance: dict | None = None) -> tuple[Verdict, dict[str, str]]:
     """Both rule sets' verdicts, ``{"p2": ..., "ours": ...}``, and the Verdict chosen by
     ``rules_name`` (the ``--rules`` option). Without a CI, ``ours`` equals ``p2``."""
     if rules_name not in RULE_SETS:
         raise ValueError(f"unknown rule set {rules_name!r}; use one of {RULE_SETS}")
     p2 = judge(claim, metrics, path, undefined=undefined)
-    ours = judge_ours(claim, metrics, ci, above_chance, path, undefined=undefined) if ci else p2
+    ours = (judge_ours(claim, metrics, ci, above_chance, path, undefined=undefined,
+                       at_chance=at_chance) if ci else p2)
     return (p2 if rules_name == "p2" else ours), {"p2": p2.verdict, "ours": ours.verdict}
 
 

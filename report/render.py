@@ -140,7 +140,8 @@ def threshold_rows(thresholds: dict) -> list[dict]:
                 cond = ", ".join(f"{k} = {flat(v) if isinstance(v, list) else fmt(v)}"
                                  for k, v in sorted(scalars.items()))
             rows.append({"section": section, "rule": " · ".join(path) or "(section)",
-                         "condition": cond,
+                         "condition": cond, "whose": whose_rule(node.get("source") or "",
+                                                                "ours" in path),
                          "source": node.get("source") or ("no source recorded" if path else
                                                           "section setting (no source recorded)"),
                          "sourced": bool(node.get("source"))})
@@ -156,6 +157,25 @@ def threshold_rows(thresholds: dict) -> list[dict]:
     return rows
 
 
+
+
+_FINDING = re.compile(r"operationalising P2 findings? ([0-9][0-9\- ,]*)")
+
+
+def whose_rule(source: str, ours_set: bool = False) -> str:
+    """Whose rule a threshold is, from its source: "P2, as P2 states it", "ours, operationalising
+    P2 finding N", "P1", "P2-logs (shown, not judged)" or "ours" (method §9)."""
+    text = source.strip()
+    found = _FINDING.search(text)
+    if found:
+        return f"ours, operationalising P2 finding {found.group(1).strip(' ,')}"
+    if text.startswith("P2, as P2 states it"):
+        return "P2, as P2 states it"
+    if text.startswith("P2-logs"):
+        return "P2-logs (shown, not judged)"
+    if text.startswith("P1"):
+        return "P1"
+    return "ours" if text or ours_set else "no source recorded"
 
 
 _METHOD_REF = re.compile(r"method §(\d+(?:\.\d+)?)")

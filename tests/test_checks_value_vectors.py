@@ -88,7 +88,7 @@ def test_v_equal_to_v_hat_scores_perfectly():
     assert not bool(r["undetermined"].any())
     assert bool((r["mu_d"] > r["threshold"]).all())
     assert set(r) == {*METRIC_NAMES, *(f"{m}_null" for m in METRIC_NAMES), "undetermined", "mu_d",
-                      "threshold"}
+                      "threshold", "effective_rows"}
 
 
 def test_null_with_the_true_axes_equals_the_metrics():

@@ -147,7 +147,7 @@ def test_a_constant_trend_is_undetermined_not_rho_zero():
 def test_zero_head_outputs_make_claim_j_undetermined_with_the_reason():
     terms = _j_terms(log10_ratio=0.0, bessel_share=1.0)
     terms["h_sq_mean"] = torch.zeros_like(terms["h_sq_mean"])
-    record = claim_j.layer_record("m", 0, terms, [0])
+    record = claim_j.layer_record("m", 0, terms, [0], rules="p2")
     assert record["metrics"]["log10_ratio"] is None and record["verdict"] == verdicts.UNDETERMINED
     assert "mean ||h||^2 is 0" in record["reason"]
     assert "undefined" in claim_j.message(record, "m L00")
@@ -225,7 +225,7 @@ def _j_terms(log10_ratio: float, bessel_share: float) -> dict:
 
 def _j_record(m: dict) -> dict:
     return claim_j.layer_record("m", 0, _j_terms(m.get("log10_ratio", 1.0),
-                                                 m.get("bessel_share", 1.0)), [0])
+                                                 m.get("bessel_share", 1.0)), [0], rules="p2")
 
 
 def _trend_record(m: dict) -> dict:
@@ -257,7 +257,7 @@ def _gamma_tensors(position: float, undetermined: int = 0) -> dict:
 
 
 def _gamma_record(m: dict) -> dict:
-    return claim_e.head_record("m", 0, 0, _gamma_tensors(m.get("gamma_position", 0.0)))
+    return claim_e.head_record("m", 0, 0, _gamma_tensors(m.get("gamma_position", 0.0)), rules="p2")
 
 
 def _training_record(m: dict) -> dict:
@@ -325,7 +325,8 @@ def _undetermined_probe(path, tmp_path, monkeypatch):
             values = {name: torch.full((4,), 0.95, dtype=F64) for name in claim_v.METRICS}
             values.update({f"{n}_null": torch.zeros(4, dtype=F64) for n in claim_v.METRICS})
             return claim_v.decide(values, torch.tensor([True, True, False, False]))["verdict"]
-        return claim_e.head_record("m", 0, 0, _gamma_tensors(0.1, undetermined=2))["verdict"]
+        return claim_e.head_record("m", 0, 0, _gamma_tensors(0.1, undetermined=2),
+                                   rules="p2")["verdict"]
 
     assert verdict() == verdicts.SUPPORTED
     monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 0.4))
@@ -405,7 +406,7 @@ def _rule_set_probe(path, tmp_path, monkeypatch):
 
         def measured():
             claim_v._CHANCE_CACHE.clear()
-            test = claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"]["optimal_cosine"]
+            test = claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"]["subspace_overlap"]
             return test["p"] if name == "permutation_resamples" else test["above_chance"]
         edited = 99 if name == "permutation_resamples" else 1e-9
     before = measured()
@@ -413,7 +414,117 @@ def _rule_set_probe(path, tmp_path, monkeypatch):
     assert measured() != before, (path, before)
 
 
+def _v_ours_record(m: dict) -> dict:
+    """``ours`` on the overlap excess (null 0: the excess is the overlap); 4 samples, so
+    neither chance test can reject and the bars alone decide."""
+    n = 4
+    values = {name: torch.full((n,), 0.5, dtype=F64) for name in claim_v.METRICS}
+    values.update({f"{name}_null": torch.zeros(n, dtype=F64) for name in claim_v.METRICS})
+    values["subspace_overlap"] = torch.full((n,), m.get("subspace_overlap_excess", 0.7), dtype=F64)
+    return claim_v.decide(values, torch.zeros(n, dtype=torch.bool), rules="ours")
+
+
+def _j_ours_terms(m: dict, samples: int = 4, spread: float = 0.0) -> dict:
+    gen = torch.Generator().manual_seed(0)
+    terms = {k: v[:1].expand(samples, 1).clone() for k, v in _j_terms(1.0, 1.0).items()}
+    n_tok = 10
+    terms["token_log_phi_sq"] = torch.zeros(samples, 1, n_tok, dtype=F64)
+    terms["token_h_sq"] = torch.ones(samples, 1, n_tok, dtype=F64)
+    fit = torch.full((samples, 1, n_tok), 10.0 ** m.get("fit_median_log10_ratio", 1.0), dtype=F64)
+    bad = round(n_tok * (1 - m["fit_bessel_share"])) if "fit_bessel_share" in m else 0
+    fit[..., :bad] = 10.0  # these tokens break Bessel's inequality at the fit
+    if "fit_median_log10_ratio" in m:
+        fit[..., bad:] = 10.0 ** m["fit_median_log10_ratio"] if m["fit_median_log10_ratio"] > 0 \
+            else 10.0 ** min(m["fit_median_log10_ratio"], -1e-9)
+    terms["token_fit_h_sq"] = fit
+    r2 = m.get("output_r2", m.get("output_r2_excess", 0.7))
+    terms["output_r2"] = r2 + spread * torch.randn(samples, 1, generator=gen, dtype=F64)
+    terms["output_r2_null"] = torch.zeros(samples, 1, dtype=F64)
+    return terms
+
+
+def _j_ours_record(m: dict) -> dict:
+    return claim_j.layer_record("m", 0, _j_ours_terms(m), [0], rules="ours")
+
+
+def _gamma_ours_record(m: dict) -> dict:
+    t = _gamma_tensors(0.9)
+    for name, value in (("learned", m.get("gamma_subspace_position", 0.5)), ("eigen", 0.0),
+                        ("perturbed", 1.0)):
+        t[f"gamma_{name}_subspace"] = torch.full((4, 1), value, dtype=F64)
+    return claim_e.head_record("m", 0, 0, t, rules="ours")
+
+
+OURS_BUILDERS = {"claim_v": _v_ours_record, "claim_j": _j_ours_record,
+                 "claim_e_gamma": _gamma_ours_record}
+
+
+def _ours_rule_probe(path, tmp_path, monkeypatch):
+    """An ``ours`` rule (``[claim.ours.kind.metric]``): values meeting its kind's rules give that
+    verdict; with this rule's value moved past the measured value, the verdict changes."""
+    claim, _, kind, metric, _ = path
+    section = verdicts.load_thresholds()[claim]
+    rules = verdicts.ours_rules(claim, kind)
+    any_mode = kind == "refuted" and section["ours"].get("refuted_mode", "all") == "any"
+    wanted = {r.metric: _satisfying(r) for r in rules if not any_mode or r.metric == metric}
+    if claim == "claim_j" and kind == "supported":
+        wanted["fit_median_log10_ratio"] = -0.5
+    before = OURS_BUILDERS[claim](wanted)
+    assert before["verdicts"]["ours"] == kind, (path, wanted, before["verdicts"])
+    measured = before["metrics"][metric]
+    rule = next(r for r in rules if r.metric == metric)
+    push = 2 * _margin(measured)
+    moved = measured + push if rule.direction in (">=", ">") else measured - push
+    monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, moved))
+    after = OURS_BUILDERS[claim](wanted)
+    assert after["verdicts"]["ours"] != kind, (path, moved, after["verdicts"])
+
+
+def _chance_margin_probe(path, tmp_path, monkeypatch):
+    """[claim.ours.chance_margin]: a metric within 0.01 of its null over 20 samples is at chance
+    with the file's margin, and not with a margin of 1e-9 (method §7.2)."""
+    claim, metric = path[0], path[3]
+    gen = torch.Generator().manual_seed(1)
+    if claim == "claim_v":
+        metrics = {}
+        for name in claim_v.METRICS:
+            metrics[name] = 0.5 + 0.01 * torch.randn(20, 1, generator=gen, dtype=F64)
+            metrics[f"{name}_null"] = torch.full((20, 1), 0.5, dtype=F64)
+        metrics["undetermined"] = torch.zeros(20, 1, dtype=torch.bool)
+
+        def at_chance():
+            claim_v._CHANCE_CACHE.clear()
+            return claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"][metric]["at_chance"]
+    else:
+        terms = _j_ours_terms({"output_r2": 0.0}, samples=20, spread=0.01)
+
+        def at_chance():
+            return claim_j.output_fit_statistics([terms], [0], 0)["vs_null"]["at_chance"]
+    assert at_chance() is True
+    monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 1e-9))
+    assert at_chance() is False
+
+
+def _degenerate_probe(path, tmp_path, monkeypatch):
+    """A head with effective rows 1.5 is degenerate (undetermined) at the file's bar, judged at 1."""
+    values = {name: torch.full((4,), 0.95, dtype=F64) for name in claim_v.METRICS}
+    values.update({f"{n}_null": torch.zeros(4, dtype=F64) for n in claim_v.METRICS})
+
+    def verdict():
+        return claim_v.decide(values, torch.zeros(4, dtype=torch.bool),
+                              effective_rows=torch.full((4,), 1.5, dtype=F64))["verdict"]
+    assert verdict() == verdicts.UNDETERMINED
+    monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 1.0))
+    assert verdict() == verdicts.SUPPORTED
+
+
 def _probe_for(path):
+    if len(path) == 5 and path[1] == "ours" and path[2] in ("supported", "refuted"):
+        return _ours_rule_probe
+    if len(path) == 5 and path[1:3] == ("ours", "chance_margin"):
+        return _chance_margin_probe
+    if path[1:] == ("degenerate", "max_effective_rows"):
+        return _degenerate_probe
     if path[0] == "rule_sets":
         return _rule_set_probe
     if path[0] == "baseline":
@@ -462,7 +573,7 @@ def test_names_are_defined_once_and_agree_with_the_math():
 def test_gamma_without_contrast_between_the_controls_is_undetermined():
     t = _gamma_tensors(0.3)
     t["gamma_perturbed"] = t["gamma_eigen"].clone()  # the two controls coincide
-    record = claim_e.head_record("m", 0, 0, t)
+    record = claim_e.head_record("m", 0, 0, t, rules="p2")
     assert record["metrics"]["gamma_position"] is None
     assert record["verdict"] == verdicts.UNDETERMINED and "no contrast" in record["reason"]
     json.dumps(record.to_json(), allow_nan=False)

@@ -580,7 +580,7 @@ def test_drilldown_notebook_runs_under_papermill(tmp_path, python3_kernel):
     text = _outputs(nb)
     assert f"claim V, {MINI} layer 0 head 2: undetermined" in text
     assert "optimal_cosine                   0.337       0.318" in text  # value beside its null
-    assert "refuted if <= 0.32  [P2 abstract" in text
+    assert "refuted if <= 0.32  [P2, as P2 states it (abstract)" in text
     assert f"claim J, {MINI} layer 0 (verdicts are per layer): refuted" in text
     assert f"claim E (gamma constancy), {MINI} layer 0 head 2: supported" in text
     assert " * head   2  U     0.337 (0.318)" in text  # the layer's other heads, this one starred

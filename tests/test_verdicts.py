@@ -62,7 +62,7 @@ def test_head_record_supported_and_message():
     rec = claim_v.head_record("m", 1, 0, _layer_metrics(4, 2, 0.1, 0.3))
     text = claim_v.message(rec, "m-L01-H0")
     assert rec["verdict"] == "refuted"
-    assert "refuted" in text and "P2 abstract" in text and "chance level 0.3" in text
+    assert "refuted" in text and "P2, as P2 states it" in text and "chance level 0.3" in text
     assert ">= 0.9" in text and "<= 0.11" in text
 
 

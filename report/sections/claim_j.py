@@ -124,7 +124,27 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
             if name != "label":
                 table.append({"metric": f"p1-code variant: {name}", "value": fmt(value),
                               "rules": f"{note} (method §3); not judged"})
+        for name in ("output_r2", "output_r2_excess", "fit_median_log10_ratio",
+                     "fit_bessel_share"):  # the ours rule set's metrics (method §3.6)
+            if mrec.metrics is not None and mrec.metrics.get(name) is not None:
+                table.append({"metric": f"ours: {name}", "value": with_ci(mrec.metrics[name], mrec, name),
+                              "rules": rules_text(thresholds, spec.section, name) or
+                              "the ours rule set (method §3.6)"})
+    tail = []  # the heavy tail per layer (method §3.7): what the pooled ratio of means hides
+    for rec in sorted(layer_recs, key=lambda r: r.layer if r.layer is not None else -1):
+        tokens = getattr(rec, "tokens", None) or rec.extra.get("tokens")
+        if not isinstance(tokens, dict):
+            continue
+        m = rec.metrics or {}
+        tail.append({"layer": rec.layer, "pooled": fmt(m.get("log10_ratio")),
+                     "median": fmt(tokens.get("median_log10_ratio")),
+                     "trimmed": fmt(tokens.get("trimmed_mean_log10_ratio")),
+                     "top": fmt(tokens.get("top_phi_share")),
+                     "appendix": fmt(tokens.get("p2_appendix_log10_ratio")),
+                     "r2": fmt(m.get("output_r2")),
+                     "verdicts": ", ".join(f"{k} {v}" for k, v in (rec.verdicts or {}).items())})
     return {"model": model, "id": f"jmag-{sid}", "heatmap_id": f"heatmap-J-{sid}",
+            "tail": tail,
             "magnitude": Markup(magnitude), "ratio": Markup(ratio_plot),
             "heatmap": heatmap, "legend": legend, "values_table": values_table,
             "counts": count(layer_recs),
