@@ -85,7 +85,7 @@ def test_mismatched_outcomes_are_refused():
 # ---------------------------------------------------------------------------- the grid
 def test_the_grid_file_declares_each_axis_with_its_claims_and_reason():
     grid = mv.load_grid()
-    assert {"axis_convention", "standardize", "dtype", "padding", "rules"} <= set(grid)
+    assert {"axis_convention", "standardize", "dtype", "padding", "rules", "j_statistic"} <= set(grid)
     for axis in grid.values():
         assert axis.why and len(axis.values) >= 2
     assert grid["padding"].modality == "text"
@@ -95,13 +95,15 @@ def test_the_grid_file_declares_each_axis_with_its_claims_and_reason():
 def test_specifications_put_the_default_first_and_follow_the_modality():
     grid = mv.load_grid()
     default = {"axis_convention": "p2", "standardize": "off", "dtype": "float64",
-               "padding": "out", "rules": "ours"}
+               "padding": "out", "rules": "ours", "j_statistic": "pooled-means"}
     image_v = mv.specifications(grid, "V", "image", default)
     text_v = mv.specifications(grid, "V", "text", default)
     assert len(image_v) == 2 * 2 * 2 * 2 and len(text_v) == 2 * len(image_v)
-    assert image_v[0] == {k: v for k, v in default.items() if k != "padding"}
+    assert image_v[0] == {k: v for k, v in default.items() if k not in ("padding", "j_statistic")}
     assert "axis_convention" not in mv.specifications(grid, "J", "image", default)[0]
     assert "dtype" not in mv.specifications(grid, "E", "text", default)[0]
+    j = mv.specifications(grid, "J", "image", {**default, "j_statistic": "pooled-means"})
+    assert len(j) == 2 * 2 * 2 * 3  # std x dtype x rules x claim-J statistic
     assert len({mv.spec_name(grid, s) for s in text_v}) == len(text_v)  # names are unique
     # a run with other options has those options as its default
     other = mv.specifications(grid, "V", "image", {**default, "standardize": "on"})
