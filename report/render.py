@@ -322,6 +322,9 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
     not_run = not_run_groups(index)
     first = FIRST_CLAIM_SECTION + (1 if control_section else 0)
     sections = claim_sections(results, index, first)
+    from .multiverse import context as opt_in_context
+
+    opt = opt_in_context(results)  # --multiverse, --training-dynamics, --seeds (if run)
     return {
         "title": "Self-attention as kernel PCA: a reproducibility report",
         "date": results["provenance"].get("date", "not recorded"),
@@ -339,7 +342,8 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
                          "n": len(r.series or []) if hasattr(r, "series") else 0}
                         for r in index.series()],
         "claim_sections": sections,
-        "thresholds_number": first + len(sections),
+        "opt": opt, "opt_number": first + len(sections),
+        "thresholds_number": first + len(sections) + opt["n"],
         "thresholds": threshold_sections(results["thresholds"], method_url),
         "provenance": provenance_context(results, full_index),
         "verdicts": [(v, LETTERS[v], VERDICT_HELP[v]) for v in VERDICTS],

@@ -260,8 +260,19 @@ def _gamma_record(m: dict) -> dict:
     return claim_e.head_record("m", 0, 0, _gamma_tensors(m.get("gamma_position", 0.0)), rules="p2")
 
 
+def _training_record(m: dict) -> dict:
+    """[claim_v_training] on paired changes whose intervals span [low, high] (method §14.4)."""
+    from claims import dynamics
+
+    low = m.get("min_delta_ci_low", -1.0)
+    high = m.get("max_delta_ci_high", 1.0)
+    names = verdicts.load_thresholds()["claim_v_training"]["metrics"]
+    return dynamics.training_verdict({n: {"ci": [low, max(low, high)]} for n in names})
+
+
 BUILDERS = {"claim_v": _v_record, "claim_j": _j_record, "claim_j_trend": _trend_record,
-            "claim_e": _e_record, "claim_e_gamma": _gamma_record}
+            "claim_e": _e_record, "claim_e_gamma": _gamma_record,
+            "claim_v_training": _training_record}
 
 
 def _margin(value: float) -> float:
