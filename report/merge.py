@@ -36,7 +36,6 @@ def _record_key(rec: dict) -> tuple:
 
 #: Top-level fields the merge builds itself; any other field is kept when every input agrees.
 _BUILT = ("schema", "provenance", "options", "thresholds", "models", "records", "not_run",
-_BUILT = ("schema", "provenance", "options", "thresholds", "models", "records", "not_run",
           "complete", "exit_status", "summary", "durations", "errors", "skipped", "samples",
           "instrument_failures")
 #: Provenance fields that must be equal across the inputs (code and numerics).
