@@ -346,3 +346,13 @@ def test_report_section_shows_the_label_records_and_not_checked(tmp_path):
         assert item["claim"].split(" (")[0] in page
     empty = render_report(json.loads((ROOT / "tests" / "data" / "results_example.json").read_text()))
     assert "pytest claims/ -m rpc" in empty
+
+
+def test_terminal_verdict_table_counts_claim_r_conditions():
+    from fixtures.terminal import verdict_table
+
+    study = _study([0.95, 0.86, 0.9, 0.87, 0.93], [0.9, 0.8, 0.85, 0.82, 0.88])
+    records = [claim_r.clean_record(study), claim_r.attack_record(study, "pgd", 0.02),
+               claim_r.attack_record(_study([0.9] * 5, [0.9] * 5), "pgd", 0.02)]
+    line = next(row for row in verdict_table(records) if row.startswith("R "))
+    assert "3 conditions: 2 supported, 1 inconclusive" in line and "(trend)" not in line

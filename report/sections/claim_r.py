@@ -20,15 +20,21 @@ def _pct(x) -> str:
     return "—" if x is None else f"{100 * float(x):.1f}"
 
 
+def _signed(x: float, scale: float, digits: int) -> str:
+    """Accuracy points with ``digits`` decimals; other quantities (digits 0) to 3 significant
+    digits, so that a share of 3·10⁻⁴ does not read as 0."""
+    return f"{x * scale:+.{digits}f}" if digits else f"{x:+.3g}"
+
+
 def _interval(ci, scale: float = 1.0, digits: int = 1) -> str:
     if not (isinstance(ci, (list, tuple)) and len(ci) == 2):
         return "no interval (one seed)"
-    return f"[{float(ci[0]) * scale:+.{digits}f}, {float(ci[1]) * scale:+.{digits}f}]"
+    return f"[{_signed(float(ci[0]), scale, digits)}, {_signed(float(ci[1]), scale, digits)}]"
 
 
 def _row(rec) -> dict:
     accuracy = rec.extra.get("family") not in ("sparse_share", "rank")
-    scale, digits = (100.0, 1) if accuracy else (1.0, 3)
+    scale, digits = (100.0, 1) if accuracy else (1.0, 0)
     metrics = rec.metrics or {}
     arms = ([metrics.get("rpc_symvit"), metrics.get("symvit")] if "rpc_symvit" in metrics
             else [metrics.get("corrupted"), metrics.get("clean")])
@@ -36,11 +42,11 @@ def _row(rec) -> dict:
     return {"condition": rec.extra.get("condition", rec.test_id or ""),
             "treated": _pct(arms[0]) if accuracy else fmt(arms[0]),
             "control": _pct(arms[1]) if accuracy else fmt(arms[1]),
-            "diff": (f"{float(metrics['paired_diff']) * scale:+.{digits}f}"
+            "diff": (_signed(float(metrics["paired_diff"]), scale, digits)
                      if metrics.get("paired_diff") is not None else "—"),
             "ci": _interval(rec.ci_of("paired_diff"), scale, digits),
             "verdict": rec.verdict, "reason": rec.reason,
-            "seeds": ", ".join(f"{d * scale:+.{digits}f}" for d in diffs),
+            "seeds": ", ".join(_signed(d, scale, digits) for d in diffs),
             "evidence": rec.evidence}
 
 
