@@ -1,4 +1,4 @@
-"""The built-in claims V, J and E as :class:`claims.registry.ClaimSpec` declarations.
+"""The built-in claims V, J, E and R as :class:`claims.registry.ClaimSpec` declarations.
 
 This module holds only their declarations (standard library, no torch), so that ``import claims``
 registers them cheaply, for the report as for the runtime. Each claim's code lives in its own
@@ -48,3 +48,17 @@ E = register(ClaimSpec(
     layer_metrics="claims.claim_e:layer_metrics", code=("claims/claim_e.py",),
     report_context="report.sections.claim_e:context",
     template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py"))
+
+R = register(ClaimSpec(
+    id="R", section="claim_r",
+    title="RPC-Attention is competitive on clean data and more robust under contamination",
+    statement="RPC-SymViT (symmetric attention with Principal Attention Pursuit on the keys) is "
+              "not worse than SymViT on clean images and more accurate under sparse and dense "
+              "corruptions and adversarial attacks; a toy-scale mechanism check on digits, "
+              "paired over training seeds.",
+    source="P1 Algorithm 1 and its experiments; method §15", unit="series", levels=("series",),
+    metrics=("paired_diff", "rpc_symvit", "symvit"),
+    report_context="report.sections.claim_r:context",
+    template="report/templates/sections/claim_r.html.j2", tests="claims/test_rpc_attention.py",
+    extra={"label": "toy-scale mechanism check", "marker": "rpc",
+           "not_checked": "claims.claim_r:NOT_CHECKED"}))

@@ -237,7 +237,9 @@ def record_label(record: dict) -> str:
         label += f"-L{int(record['layer']):02d}"
     if record.get("head") is not None:
         label += f"-H{record['head']}"
-    if record.get("level") in ("model", "series"):
+    if record.get("condition"):  # claim R: one series record per condition
+        label += f" [{record['condition']}]"
+    elif record.get("level") in ("model", "series"):
         label += f" ({record['level']})"
     return f"claim {record.get('claim')} {label}"
 

@@ -338,7 +338,10 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
         "controls": control_section,
         "grid_number": first - 1,
         "grid": grid_context(results, index, not_run),
-        "series_rows": [{"name": r.model, "claim": r.claim, "verdict": r.verdict,
+        # a series record that judges one condition (claim R: "pgd ε=0.02") names it
+        "series_rows": [{"name": r.model + (f" — {r.extra['condition']}"
+                                            if r.extra.get("condition") else ""),
+                         "claim": r.claim, "verdict": r.verdict,
                          "n": len(r.series or []) if hasattr(r, "series") else 0}
                         for r in index.series()],
         "claim_sections": sections,

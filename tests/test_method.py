@@ -18,7 +18,7 @@ from checks.errors import UndefinedValueError, defined
 from checks.gram import KeyGram
 from checks.projection_summary import pooled_terms, spearman_rho
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_e, claim_j, claim_v, verdicts
+from claims import claim_e, claim_j, claim_r, claim_v, verdicts
 from tests._helpers import F64
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,9 +270,22 @@ def _training_record(m: dict) -> dict:
     return dynamics.training_verdict({n: {"ci": [low, max(low, high)]} for n in names})
 
 
+def _r_record(section: str):
+    """Claim R (method §15): three seeds whose paired difference is the wanted value exactly."""
+    family = {"claim_r_clean": "clean", "claim_r_robust": "pgd", "claim_r_sparse": "sparse_share",
+              "claim_r_rank": "rank"}[section]
+
+    def build(wanted):
+        diff = wanted["paired_diff"]
+        return claim_r.comparison_record("probe", family, [diff] * 3, [0.0] * 3, "ours", "probe")
+    return build
+
+
 BUILDERS = {"claim_v": _v_record, "claim_j": _j_record, "claim_j_trend": _trend_record,
             "claim_e": _e_record, "claim_e_gamma": _gamma_record,
-            "claim_v_training": _training_record}
+            "claim_v_training": _training_record,
+            **{s: _r_record(s) for s in ("claim_r_clean", "claim_r_robust", "claim_r_sparse",
+                                         "claim_r_rank")}}
 
 
 def _margin(value: float) -> float:

@@ -58,13 +58,13 @@ def toy_spec():
 def test_a_registered_claim_without_a_partial_gets_the_generic_section(toy_spec):
     page = render_report(_with_toy_records("T"))
     section = _section(page, "T")
-    assert "6. Claim T: Attention entropy is below a bar" in section  # after V, J, E
+    assert "7. Claim T: Attention entropy is below a bar" in section  # after V, J, E, R
     assert "Each head&#39;s attention entropy is at most 0.5 nats." in section
     assert "not registered" not in section
     assert "entropy 0.75 &gt; 0.5" in section and "supported if ≤ 0.5" in section
     assert "0.25 [0.2, 0.3]" in section and "layer 0 head 1" in section
     assert '<li><a href="#claim-t">Claim T: Attention entropy is below a bar</a></li>' in page
-    assert "<h2>7. Thresholds and their sources</h2>" in page and "<h2>8. Provenance</h2>" in page
+    assert "<h2>8. Thresholds and their sources</h2>" in page and "<h2>9. Provenance</h2>" in page
     assert "<th>claim T</th>" in page  # a grid column, as for V, J, E
 
 
@@ -80,7 +80,7 @@ def test_records_of_an_unregistered_claim_are_shown_never_a_crash():
     results["thresholds"]["claim_q"] = results["thresholds"].pop("claim_t")
     page = render_report(results)
     section = _section(page, "Q")
-    assert "6. Claim Q: attention entropy is low" in section  # the thresholds' description
+    assert "7. Claim Q: attention entropy is low" in section  # the thresholds' description
     assert "not registered where the report was rendered" in section
     assert "entropy 0.75 &gt; 0.5" in section
     odd = copy.deepcopy(results)  # records of a shape no one knows: extra keys, no metrics
