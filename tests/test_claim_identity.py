@@ -7,7 +7,9 @@ one place that says what is allowed to differ between two runs:
 
 - absolute paths: the checkout (``<root>``) and the cache folder (``<cache>``);
 - ``models.<key>.capture_key``: a hash of the capture code's sources, which changes whenever
-  that code is edited, not when its numbers do.
+  that code is edited, not when its numbers do;
+- ``models.<key>.training.reference`` and ``…differing_steps``: whether a trained model matches
+  the shipped hashes of that checkout (tests/test_reference.py checks those).
 
 It was first written by the code of commit 6070d57 (before the claim interface) and rewritten
 when the capture's forward pass moved to float64 and the tiny ViTs to pinned training (method
@@ -42,6 +44,7 @@ pytest_plugins = ["pytester"]
 RUN = ("--models", "all-MiniLM-L6-v2,tiny-vit-digits-softmax", "--n-samples", "6",
        "--layers", "0,1", "--heads", "0,1,2", "--threads", "1", "--report", "none")
 VOLATILE_MODEL_FIELDS = ("capture_key",)
+VOLATILE_TRAINING_FIELDS = ("reference", "differing_steps")
 
 
 def normalise(results: dict, cache_dir: str | os.PathLike) -> dict:
@@ -58,6 +61,10 @@ def normalise(results: dict, cache_dir: str | os.PathLike) -> dict:
 
     models = {key: {k: v for k, v in model.items() if k not in VOLATILE_MODEL_FIELDS}
               for key, model in results["models"].items()}
+    for model in models.values():
+        if isinstance(model.get("training"), dict):
+            model["training"] = {k: v for k, v in model["training"].items()
+                                 if k not in VOLATILE_TRAINING_FIELDS}
     return paths({"records": results["records"], "models": models})
 
 
