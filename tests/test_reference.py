@@ -110,8 +110,9 @@ def test_shipped_reference_is_command_1_with_its_trained_model_hashes():
     assert trained, "the reference run holds no trained model"
     for key, info in trained.items():
         entry = shipped[info["config_hash"]]
+        # the weights the reference run judged are the shipped ones (its own "reference" field
+        # says what the hash file held when it ran: "none" for the run that first wrote it)
         assert entry["checkpoints"][str(info["step"])] == info["file_sha256"], key
-        assert info["reference"] == "matches", key
 
 
 @pytest.mark.slow
