@@ -4,6 +4,10 @@
 shards of one run (``--shard K/N``) into OUT/results.json and OUT/report.html (report/merge.py);
 exit 4 with one sentence, nothing written, when the inputs are not shards of one run.
 
+``python -m report diff RUN/results.json REFERENCE/results.json``: whether a run reproduces a
+reference run (report/diff.py): exit 0 it does, 6 a verdict or a number outside its tolerance
+changed, 4 the two are not comparable (other options, models, checkpoints or selection).
+
 Prints the written path. Exit status 2, with one sentence on stderr, when the results file is
 missing or malformed; 4 when the output is the results file itself or a folder (nothing is
 written then).
@@ -50,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["merge"]:
         return merge_main(argv[1:])
+    if argv[:1] == ["reference"]:
+        from .reference import main as reference_main
+        return reference_main(argv[1:])
+    if argv[:1] == ["diff"]:
+        from .diff import main as diff_main
+        return diff_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m report",
         description="Render the kpca-claims HTML reproducibility report from a results.json.")

@@ -33,6 +33,7 @@ from claims.records import LEVELS, VERDICTS
 
 from .atomic import atomic_write_text
 from .common import LETTERS, VERDICT_HELP, direction, flat, fmt
+from .diff import leaves
 from .index import Index, spec_of
 from .overview import grid_context, not_run_groups, summary_context
 from .partial import partial_reasons
@@ -202,12 +203,14 @@ def threshold_sections(thresholds: dict, method_url: str = DEFAULT_METHOD_URL) -
 # ------------------------------------------------------------------------------------ provenance
 def provenance_context(results: dict, index: Index) -> dict:
     prov = results["provenance"]
-    run = [(k, flat(prov[k])) for k in sorted(prov) if k != "versions"]
+    run = [(k, flat(prov[k])) for k in sorted(prov) if k not in ("versions", "numeric_environment")]
     run += [("schema", results["schema"]), ("complete", fmt(results["complete"])),
             ("exit_status", fmt(results.get("exit_status")))]
     versions = sorted((k, v if v is not None else "not installed")
                       for k, v in (prov.get("versions") or {}).items())
     options = [(k, flat(v)) for k, v in sorted(results["options"].items())]
+    # CPU, dispatch ISA, BLAS, threads, env variables: beside the versions (method §13)
+    numeric = [(k, flat(v)) for k, v in leaves(prov.get("numeric_environment") or {}).items()]
     models = []
     for m in index.models():
         info = index.models_info.get(m)
@@ -223,7 +226,8 @@ def provenance_context(results: dict, index: Index) -> dict:
     # options recorded on records that differ from the run's options (never expected)
     odd = sorted({r.test_id or "?" for r in index.records
                   if isinstance(r.options, dict) and r.options != results["options"]})
-    return {"run": run, "versions": versions, "options": options, "models": models,
+    return {"run": run, "versions": versions, "numeric": numeric, "options": options,
+            "models": models,
             "odd_options": odd[:20], "n_odd_options": len(odd),
             "samples": results.get("samples") if isinstance(results.get("samples"), str) else None}
 

@@ -23,7 +23,8 @@ from fixtures.training import (StandardizedAttention, TrainConfig, build_model, 
 from timm.models.vision_transformer import Attention, VisionTransformer
 
 TINY = dict(epochs=2, batch_size=64, depth=1, embed_dim=48, num_heads=6, img_size=16,
-            patch_size=4, mlp_ratio=2.0, lr=3e-3, warmup_epochs=0.5, threads=1)
+            patch_size=4, mlp_ratio=2.0, lr=3e-3, warmup_epochs=0.5, threads=1,
+            numerics="native")
 
 
 def tiny(variant: str = "p1-standardized", **changes) -> TrainConfig:

@@ -1,0 +1,130 @@
+"""The shipped reference results, the README numbers generated from them, and the trained
+models' shipped weight hashes (docs/reproduce.md, method §13)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from report import reference
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tiny_results() -> dict:
+    recs = []
+    for head, (p2, ours) in enumerate([("inconclusive", "refuted"), ("refuted", "refuted")]):
+        recs.append({"claim": "V", "level": "head", "model": "m", "layer": 0, "head": head,
+                     "test_id": f"test_value_vectors[m-L00-H{head}]", "verdict": ours,
+                     "verdicts": {"p2": p2, "ours": ours}, "evidence": "text"})
+    recs.append({"claim": "V", "level": "model", "model": "m", "test_id": "v_model[m]",
+                 "verdict": "refuted", "verdicts": {"p2": "inconclusive", "ours": "refuted"},
+                 "metrics": {"optimal_cosine": 0.2744}, "ci": {"optimal_cosine": [0.273, 0.2751]},
+                 "null": {"optimal_cosine": 0.35}})
+    recs.append({"claim": "J", "level": "series", "model": "t", "test_id": "trend[t]",
+                 "verdict": "refuted", "verdicts": {"p2": "refuted", "ours": "refuted"},
+                 "metrics": {"min_j_proj": -1.5, "spearman_j": 0.95},
+                 "series": [{"checkpoint": "/c/trained/x/step_000360.safetensors",
+                             "test_accuracy": 0.9138}]})
+    recs.append({"claim": "R", "level": "head", "model": "t", "test_id": "r[t]",
+                 "verdict": "supported", "verdicts": {"p2": "supported", "ours": "supported"}})
+    return {"provenance": {"git_commit": "0123456789abcdef", "date": "2026-11-24T09:00:00",
+                           "versions": {"torch": "2.13.0+cpu"}, "workers": 2,
+                           "numeric_environment": {"cpu": {"model": "AMD EPYC"},
+                                                   "torch_cpu_capability": "AVX2",
+                                                   "blas": {"torch": {"blas": "mkl",
+                                                                      "mkl_version": "2024.2"}}}},
+            "options": {"rules": "ours"}, "models": {"m": {}, "t": {}}, "records": recs,
+            "exit_status": 1, "complete": True, "durations": {"x": 1.0}}
+
+
+def test_readme_block_is_made_from_the_records():
+    block = reference.readme_block(_tiny_results())
+    assert "commit `0123456789ab`, 2026-11-24, AMD EPYC, torch 2.13.0+cpu (AVX2 kernels, BLAS mkl 2024.2)" in block
+    assert "5 claim tests: 1 supported (passed), 4 refuted, 0 inconclusive" in block
+    assert "| m | 1 refuted, 1 inconclusive → **2 refuted** | inconclusive → **refuted**: optimal cosine 0.274 [0.273, 0.275] (null 0.35) |" in block
+    assert "| t (test acc. 0.914) |" in block and "refuted: min J_proj −1.5, ρ 0.95" in block
+    assert block.rstrip().endswith("| R: 1 supported |")
+
+
+@pytest.mark.parametrize("where", ["top", "middle", "end"])
+def test_readme_block_is_rewritten_wherever_it_sits(tmp_path, where):
+    markers = f"{reference.BEGIN} old header -->\nold numbers\n{reference.END}\n"
+    text = {"top": markers + "# t\nafter\n", "middle": "# t\nbefore\n" + markers + "after\n",
+            "end": "# t\nbefore\n" + markers}[where]
+    readme = tmp_path / "README.md"
+    readme.write_text(text)
+    reference.update_readme(_tiny_results(), readme)
+    new = readme.read_text()
+    assert "old numbers" not in new
+    assert reference.readme_section(new) == reference.readme_block(_tiny_results())
+    assert new.replace(reference.readme_section(new), "").count("before") == text.count("before")
+    reference.update_readme(_tiny_results(), readme)  # idempotent
+    assert readme.read_text() == new
+
+
+def test_readme_without_markers_is_an_error(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    with pytest.raises(SystemExit, match="no reference block markers"):
+        reference.update_readme(_tiny_results(), readme)
+
+
+def test_judged_part_drops_evidence_timings_and_local_folders():
+    part = reference.judged_part(_tiny_results())
+    assert "durations" not in part and all("evidence" not in r for r in part["records"])
+    series = next(r for r in part["records"] if r["claim"] == "J")["series"]
+    assert series[0]["checkpoint"] == "step_000360.safetensors"
+    assert reference.judged_part(part) == part  # idempotent
+
+
+def _shipped_reference() -> dict:
+    if not reference.REFERENCE.is_file():
+        pytest.skip("reference/results.json is not generated in this checkout: run "
+                    "`python -m report reference --write` (docs/reproduce.md)")
+    return json.loads(reference.REFERENCE.read_text())
+
+
+def test_readme_block_agrees_with_the_shipped_reference():
+    """README.md's generated numbers are those of reference/results.json (regenerate both with
+    ``python -m report reference --write``; docs/reproduce.md)."""
+    ref = _shipped_reference()
+    got = reference.readme_section(reference.README.read_text())
+    assert got is not None, "README.md lost its reference block markers"
+    assert got == reference.readme_block(ref), (
+        "README.md's reference block differs from reference/results.json: run "
+        "`python -m report reference --write --from reference/results.json`")
+
+
+def test_shipped_reference_is_command_1_with_its_trained_model_hashes():
+    from fixtures.training import reference as hashes
+
+    ref = _shipped_reference()
+    assert ref["complete"] and "numeric_environment" in ref["provenance"]
+    assert ref["options"]["n_samples_requested"] == 100 and ref["options"]["rules"] == "ours"
+    shipped = hashes.load()
+    trained = {k: m["training"] for k, m in ref["models"].items() if m.get("training")}
+    assert trained, "the reference run holds no trained model"
+    for key, info in trained.items():
+        entry = shipped[info["config_hash"]]
+        # the weights the reference run judged are the shipped ones (its own "reference" field
+        # says what the hash file held when it ran: "none" for the run that first wrote it)
+        assert entry["checkpoints"][str(info["step"])] == info["file_sha256"], key
+
+
+@pytest.mark.slow
+def test_default_trained_models_reproduce_the_shipped_hashes():
+    """Training the default tiny ViTs (pinned numeric environment) gives the shipped checkpoint
+    files to the bit; uses the user's cache (trains there, minutes, when it has no series)."""
+    from fixtures.training import cached_series
+    from fixtures.training import reference as hashes
+
+    cache = Path(os.environ.get("KPCA_CACHE", ROOT / ".kpca-cache"))
+    shipped = hashes.load()
+    for config in hashes.default_configs():
+        assert config.config_hash() in shipped, config.variant
+        series = cached_series(config, cache)
+        assert hashes.check(series, shipped) == {"reference": "matches", "differing_steps": []}

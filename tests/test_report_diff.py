@@ -1,0 +1,138 @@
+"""``python -m report diff``: the comparison of a run with a reference run, its tolerances per
+field kind and its exit codes (0 reproduces, 6 changed, 4 not comparable, 2 bad input)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from report import diff
+from report.__main__ import main as report_main
+from report.tolerances import TOLERANCES, kind_of, rel_diff
+
+
+def _results() -> dict:
+    rec_v = {"claim": "V", "level": "head", "model": "m", "layer": 0, "head": 1,
+             "test_id": "test_value_vectors[m-L00-H1]", "verdict": "refuted",
+             "verdicts": {"p2": "inconclusive", "ours": "refuted"}, "outcome": "failed",
+             "metrics": {"optimal_cosine": 0.31, "pearson": 0.004},
+             "ci": {"optimal_cosine": [0.30, 0.32]}, "p2_code": {"direct_cosine": -0.2},
+             "evidence": "optimal_cosine 0.31", "n_samples": 6}
+    rec_e = {"claim": "E", "level": "head", "model": "m", "layer": 0, "head": 1,
+             "test_id": "test_gamma_constancy[m-L00-H1]", "verdict": "refuted",
+             "verdicts": {"p2": "refuted", "ours": "refuted"},
+             "metrics": {"eigen": 4e-14, "gamma_position": 1.1}}
+    rec_j = {"claim": "J", "level": "series", "model": "m", "layer": None, "head": None,
+             "test_id": "test_projection_trend[m]", "verdict": "refuted",
+             "verdicts": {"p2": "refuted", "ours": "refuted"},
+             "series": [{"checkpoint": "/home/a/.kpca-cache/trained/x/step_000000.safetensors",
+                         "checkpoint_hash": "abc", "j_proj": -0.5}]}
+    return {"schema": "kpca-claims/results/1",
+            "provenance": {"git_commit": "abc", "date": "2026-11-24", "versions": {"torch": "2.13"},
+                           "numeric_environment": {"cpu": {"model": "AMD EPYC"},
+                                                   "torch_cpu_capability": "AVX2", "env": {}}},
+            "options": {"n_samples_requested": 6, "rules": "ours", "device": "cpu",
+                        "dtype": "float64"},
+            "thresholds": {"claim_v": {"refuted": {"optimal_cosine": {"value": 0.32}}}},
+            "models": {"m": {"checkpoint_hash": "sha256:1", "input_set": {"hash": "h", "tensor_hash": "t"}}},
+            "records": [rec_v, rec_e, rec_j], "complete": True}
+
+
+def test_identical_runs_reproduce():
+    d = diff.compare(_results(), _results())
+    assert d.status == diff.REPRODUCES and d.n_records == 3 and not d.informational
+
+
+def test_round_off_within_tolerance_and_other_cache_folder_reproduce():
+    run = _results()
+    run["records"][0]["metrics"]["optimal_cosine"] *= 1 + 3e-7
+    run["records"][1]["metrics"]["eigen"] = 7e-14          # round-off kind: absolute bound
+    run["records"][0]["p2_code"]["direct_cosine"] = 0.2     # p2_code: solver sign is free
+    run["records"][2]["series"][0]["checkpoint"] = "/other/cache/trained/x/step_000000.safetensors"
+    run["records"][0]["evidence"] = "optimal_cosine 0.3100001"  # text: through its numbers
+    run["provenance"]["numeric_environment"]["torch_cpu_capability"] = "DEFAULT"
+    d = diff.compare(run, _results())
+    assert d.status == diff.REPRODUCES, d
+    assert any("torch_cpu_capability: AVX2 → DEFAULT" in line for line in d.informational)
+
+
+def test_a_number_outside_its_tolerance_is_a_change():
+    run = _results()
+    run["records"][0]["ci"]["optimal_cosine"][1] = 0.3201
+    d = diff.compare(run, _results())
+    assert d.status == diff.CHANGED
+    assert len(d.outside) == 1 and "ci.optimal_cosine[1]" in d.outside[0]
+    text = diff.format_diff(d, "run.json", "ref.json", run, _results())
+    assert "outside their tolerance: 1" in text and "exit 6" in text
+
+
+def test_a_changed_verdict_and_rule_are_named():
+    run = _results()
+    run["thresholds"]["claim_v"]["refuted"]["optimal_cosine"]["value"] = 0.35
+    run["records"][0]["verdicts"]["p2"] = "refuted"
+    d = diff.compare(run, _results())
+    assert d.status == diff.CHANGED
+    assert d.verdicts == ["test_value_vectors[m-L00-H1]: p2 inconclusive → refuted"]
+    assert d.rules == ["rule claim_v.refuted.optimal_cosine.value: 0.32 → 0.35"]
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda r: r["models"]["m"].update(checkpoint_hash="sha256:2"), "checkpoint_hash"),
+    (lambda r: r["options"].update(n_samples_requested=8), "n_samples_requested"),
+    (lambda r: r["records"].pop(), "other claim tests"),
+])
+def test_other_weights_options_or_selection_are_not_comparable(change, named):
+    run = _results()
+    change(run)
+    d = diff.compare(run, _results())
+    assert d.status == diff.NOT_COMPARABLE
+    assert any(named in line for line in d.not_comparable)
+
+
+def test_device_alone_does_not_make_runs_incomparable():
+    run = _results()
+    run["options"]["device"] = "cuda"
+    assert diff.compare(run, _results()).status == diff.REPRODUCES
+
+
+def test_kinds_and_tolerances_are_declared_once():
+    assert kind_of("metrics.optimal_cosine", 0.3) == "judged"
+    assert kind_of("ci.optimal_cosine[0]", 0.3) == "interval"
+    assert kind_of("ci_null.kernel_cka[1]", 0.3) == "interval"
+    assert kind_of("metrics.eigen", 1e-14) == "round_off"
+    assert kind_of("p2_code.pearson", 0.1) == "p2_code"
+    assert kind_of("evidence", "x") == "text"
+    assert kind_of("verdict", "refuted") == "exact" and kind_of("n_samples", 6) == "exact"
+    judged = TOLERANCES["judged"]
+    assert judged.agree(1.0, 1.0 + 9e-7) and not judged.agree(1.0, 1.0 + 2e-6)
+    assert not judged.agree(float("nan"), 1.0) and judged.agree(float("nan"), float("nan"))
+    assert rel_diff(0.0, 0.0) == 0.0 and rel_diff(1.0, 2.0) == 0.5
+
+
+def test_command_line_exit_codes(tmp_path, capsys):
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps(_results()))
+    same, moved, other = (tmp_path / n for n in ("same.json", "moved.json", "other.json"))
+    same.write_text(json.dumps(_results()))
+    changed = _results()
+    changed["records"][0]["verdicts"]["ours"] = "inconclusive"
+    changed["records"][0]["verdict"] = "inconclusive"
+    moved.write_text(json.dumps(changed))
+    incomparable = copy.deepcopy(_results())
+    incomparable["models"]["m"]["checkpoint_hash"] = "sha256:other"
+    other.write_text(json.dumps(incomparable))
+    assert report_main(["diff", str(same), str(ref)]) == 0
+    assert "REPRODUCES" in capsys.readouterr().out
+    assert report_main(["diff", str(moved), str(ref), "--json", str(tmp_path / "d.json")]) == 6
+    out = capsys.readouterr().out
+    assert "verdicts changed: 1" in out and "refuted → inconclusive" in out
+    assert json.loads((tmp_path / "d.json").read_text())["status"] == 6
+    assert report_main(["diff", str(other), str(ref)]) == 4
+    assert "NOT COMPARABLE" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit) as exc:
+        report_main(["diff", str(bad), str(ref)])
+    assert exc.value.code == 2 and "no records" in capsys.readouterr().err
