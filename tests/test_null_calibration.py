@@ -20,24 +20,35 @@ F64 = torch.float64
 ALPHA = 0.05
 
 
-def _keys_and_values(seed: int, independent: bool):
+CHUNK = 25  # heads per batch: bounded memory
+
+
+def _chunks(seed: int, independent: bool):
+    """(g, k [S, CHUNK, N, D], v or None) for the HEADS heads, CHUNK at a time."""
     g = torch.Generator().manual_seed(seed)
-    k = torch.randn(S, HEADS, N, D, generator=g, dtype=F64)
-    v = torch.randn(S, HEADS, N, D, generator=g, dtype=F64) if independent else None
-    return g, k, v
+    for _ in range(HEADS // CHUNK):
+        k = torch.randn(S, CHUNK, N, D, generator=g, dtype=F64)
+        v = torch.randn(S, CHUNK, N, D, generator=g, dtype=F64) if independent else None
+        yield g, k, v
+
+
+def _pvalues(diffs: list[torch.Tensor], margin: float, seed: int):
+    diff = torch.cat(diffs, dim=1)  # [S, HEADS]
+    return sign_flip_pvalues(diff, None, seed), tost_pvalues(diff, None, margin, seed + 1)
 
 
 @pytest.fixture(scope="module")
 def overlap_pvalues():
     out = {}
     for name, independent in (("null", True), ("v_hat", False)):
-        g, k, v = _keys_and_values(11, independent)
-        v = KeyGram(k).kpca_values() if v is None else v
-        m = value_vector_metrics_batched(k, v, null_perm=token_permutations(N, 5, (S, HEADS)),
-                                         defer_matching=True, atol=1e-5, rtol=1e-3)
-        diff = m["subspace_overlap"] - m["subspace_overlap_null"]  # [S, HEADS]
-        margin = verdicts.chance_margins("claim_v")["subspace_overlap"]
-        out[name] = (sign_flip_pvalues(diff, None, 1), tost_pvalues(diff, None, margin, 2))
+        diffs = []
+        for i, (g, k, v) in enumerate(_chunks(11, independent)):
+            v = KeyGram(k).kpca_values() if v is None else v
+            perm = token_permutations(N, 5 + i, (S, CHUNK))
+            m = value_vector_metrics_batched(k, v, null_perm=perm, defer_matching=True,
+                                             atol=1e-5, rtol=1e-3)
+            diffs.append(m["subspace_overlap"] - m["subspace_overlap_null"])
+        out[name] = _pvalues(diffs, verdicts.chance_margins("claim_v")["subspace_overlap"], 1)
     return out
 
 
@@ -45,15 +56,14 @@ def overlap_pvalues():
 def output_fit_pvalues():
     out = {}
     for name, independent in (("null", True), ("v_hat", False)):
-        g, k, v = _keys_and_values(12, independent)
-        q = k + 0.5 * torch.randn(k.shape, generator=g, dtype=F64)
-        v_hat = KeyGram(k).kpca_values()
-        v = v_hat if v is None else v
-        fit = claim_j.output_fit_terms(q, k, v, D ** -0.5, "p2",
-                                       token_permutations(N, 6, (S, HEADS)))
-        diff = fit["r2"] - fit["r2_null"]
-        margin = verdicts.chance_margins("claim_j")["output_r2"]
-        out[name] = (sign_flip_pvalues(diff, None, 3), tost_pvalues(diff, None, margin, 4))
+        diffs = []
+        for i, (g, k, v) in enumerate(_chunks(12, independent)):
+            q = k + 0.5 * torch.randn(k.shape, generator=g, dtype=F64)
+            v_hat = KeyGram(k).kpca_values()
+            fit = claim_j.output_fit_terms(q, k, v_hat if v is None else v, D ** -0.5, "p2",
+                                           token_permutations(N, 6 + i, (S, CHUNK)))
+            diffs.append(fit["r2"] - fit["r2_null"])
+        out[name] = _pvalues(diffs, verdicts.chance_margins("claim_j")["output_r2"], 3)
     return out
 
 

@@ -149,3 +149,35 @@ def test_every_claim_j_record_carries_its_per_token_statistics(j_records):
                  "p2_appendix_log10_ratio"):
         assert math.isfinite(tokens[name]), name
     assert 1.0 / (S * N) <= tokens["top_phi_share"] <= 1.0
+
+
+# --- γ constancy: the basis-free form gives every twin V̂'s verdict ------------------------------
+
+@pytest.fixture(scope="module")
+def gamma_records():
+    from checks.degenerate import effective_rows
+    from checks.gamma import gamma_spread_batched
+    from claims import claim_e
+
+    k, v, names = synthetic_layer(seed=2)
+    kk = k.unsqueeze(1).expand(-1, v.shape[1], -1, -1)
+    g = gamma_spread_batched(kk, v, seed=0)
+    t = {"undetermined": g["undetermined"], "effective_rows": effective_rows(KeyGram(kk).log_g)}
+    for name in ("learned", "eigen", "perturbed"):
+        t[f"gamma_{name}"] = g[name].mean(-1)
+        t[f"gamma_{name}_abs"] = g[f"{name}_abs"].mean(-1)
+        t[f"gamma_{name}_subspace"] = g[f"{name}_subspace"]
+    return {name: claim_e.head_record("synthetic", 0, i, t) for i, name in enumerate(names)}
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_every_twin_of_v_hat_is_gamma_supported_under_ours(gamma_records, twin):
+    rec = gamma_records[twin]
+    assert rec["verdicts"]["ours"] == verdicts.SUPPORTED, rec["evidence"]
+
+
+def test_gamma_under_ours_refutes_the_true_null_and_p2s_gamma_misses_the_rotation(gamma_records):
+    assert gamma_records["independent"]["verdicts"]["ours"] == verdicts.REFUTED
+    assert gamma_records["noise0.1"]["verdicts"]["ours"] == verdicts.SUPPORTED
+    # per-column γ (the p2 rule set) cannot see that span(V̂·R) = span(V̂)
+    assert gamma_records["rotated"]["metrics"]["gamma_position"] > 0.5

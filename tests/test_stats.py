@@ -117,11 +117,13 @@ def test_a_head_whose_v_is_v_hat_is_supported_with_its_ci_at_one_and_above_chanc
     rec = claim_v.head_record("synthetic", 0, 0, layer, statistics=batch[(0, 0)])
     alone = claim_v.head_record("synthetic", 0, 0, layer)  # same resamples: same intervals
     assert alone["ci"] == rec["ci"] and alone["vs_null"] == rec["vs_null"]
-    for metric in ("optimal_cosine", "linear_cka", "kernel_cka"):
+    for metric in ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap"):
         lo, hi = rec["ci"][metric]
         assert lo == pytest.approx(1.0, abs=1e-9) and hi == pytest.approx(1.0, abs=1e-9)
+    for metric in claim_v.CHANCE_METRICS:  # the optimal cosine ignores token order: no test
         assert rec["vs_null"][metric]["above_chance"]
         assert rec["vs_null"][metric]["p"] == pytest.approx(2 ** -8)
+        assert rec["vs_null"][metric]["at_chance"] is False
     assert rec["verdicts"] == {"p2": "supported", "ours": "supported"}
     assert rec["verdict"] == "supported" and rec["rules"] == "ours"
     assert set(rec["ci_null"]) == set(claim_v.METRICS)
@@ -155,20 +157,22 @@ def test_p2_rule_set_is_unchanged_and_ours_is_named_with_sources():
     assert [r.value for r in verdicts.rules("claim_v", "refuted")] == [0.32, 0.11, 0.32]
 
 
-def test_ours_supported_needs_the_lower_bound_to_pass_each_bar():
-    good = {**METRICS, "optimal_cosine": 0.95, "linear_cka": 0.95, "kernel_cka": 0.95}
+def test_ours_supported_needs_the_lower_bound_to_pass_the_overlap_bar():
+    good = {**METRICS, "optimal_cosine": 0.95, "linear_cka": 0.95, "kernel_cka": 0.95,
+            "subspace_overlap_excess": 0.95}
     assert verdicts.judge_ours("claim_v", good, _ci(0.91, 0.99)).verdict == "supported"
     assert verdicts.judge_ours("claim_v", good, _ci(0.85, 0.99)).verdict == "inconclusive"
     assert verdicts.judge("claim_v", good).verdict == "supported"  # p2 judges the means
 
 
-def test_ours_refutes_at_chance_or_when_the_upper_bounds_miss_the_support_bar():
-    at_chance = {m: False for m in ("optimal_cosine", "linear_cka", "kernel_cka")}
-    one_above = {**at_chance, "kernel_cka": True}
-    v = verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.95), at_chance)
-    assert v.verdict == "refuted" and "above chance" in v.reason
-    assert verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.95), one_above).verdict == "inconclusive"
-    assert verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.89), one_above).verdict == "refuted"
+def test_ours_refutes_at_chance_or_below_the_refuted_bar_never_for_not_above_chance():
+    not_above = {m: False for m in ("linear_cka", "kernel_cka", "subspace_overlap")}
+    # "not above chance" alone is no evidence of absence (method §7.2)
+    assert verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.95), not_above).verdict == "inconclusive"
+    v = verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.95), not_above,
+                            at_chance={"subspace_overlap": True})
+    assert v.verdict == "refuted" and "at chance" in v.reason
+    assert verdicts.judge_ours("claim_v", METRICS, _ci(0.4, 0.5)).verdict == "refuted"
     assert verdicts.judge("claim_v", METRICS).verdict == "inconclusive"
 
 
