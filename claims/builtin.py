@@ -57,6 +57,8 @@ R = register(ClaimSpec(
               "corruptions and adversarial attacks; a toy-scale mechanism check on digits, "
               "paired over training seeds.",
     source="P1 Algorithm 1 and its experiments; method §15", unit="series", levels=("series",),
+    # no per-layer metrics: its numbers come from fixtures/rpc_study.py (the results' code digest)
+    code=("claims/claim_r.py", "fixtures/rpc_study.py", "fixtures/training/rpc_attention.py"),
     metrics=("paired_diff", "rpc_symvit", "symvit"),
     report_context="report.sections.claim_r:context",
     template="report/templates/sections/claim_r.html.j2", tests="claims/test_rpc_attention.py",

@@ -363,7 +363,8 @@ def test_series_test_is_not_collected_without_a_series(pytester, tmp_path):
     assert result.ret == pytest.ExitCode.OK
     out = result.stdout.str()
     assert "test_projection_trend" not in out and "empty parameter set" not in out
-    assert "6 tests collected" in out, out
+    # "6/33 tests collected (27 deselected)": claim R's tests run only with -m rpc
+    assert "6 tests collected" in out or "6/33 tests collected (27 deselected)" in out, out
     result = claims(pytester, tmp_path, "--models", "tiny-vit-digits-softmax", "--layers", "0",
                     "--heads", "0", "--n-samples", "2", "--co", "-q")
     assert "test_projection_trend[tiny-vit-digits-softmax]" in result.stdout.str()

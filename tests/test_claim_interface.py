@@ -305,7 +305,8 @@ def test_a_toy_claim_from_one_test_file_runs_through_the_interface(toy_run):
     assert results["complete"] and results["not_run"] == []
     # its rules are recorded with the file's, and its method digest with the built-in claims'
     assert results["thresholds"]["claim_h"]["supported"]["normalised_entropy"]["value"] == 0.9
-    assert "claim_v" in results["thresholds"] and set(results["methods"]) == {"V", "J", "E", "H"}
+    assert "claim_v" in results["thresholds"]
+    assert set(results["methods"]) == {"V", "J", "E", "R", "H"}
     # its per-layer metrics were computed once and cached under its own folder, like V's
     assert len(list((toy_run.cache / "claim_H").glob("*/metrics.safetensors"))) == 1
     # the verdict table names it

@@ -234,7 +234,8 @@ def test_summary_reads_setup_from_options_not_constants(example):
     assert "not P2&#39;s convention" in summary or "not P2's convention" in summary
     # the order of sections: summary, grid, V, J, E, thresholds, provenance
     ids = re.findall(r'<section id="([\w-]+)">', page)
-    assert ids == ["summary", "grid", "claim-v", "claim-j", "claim-e", "thresholds", "provenance"]
+    assert ids == ["summary", "grid", "claim-v", "claim-j", "claim-e", "claim-r", "thresholds",
+                   "provenance"]
 
 
 def test_report_is_self_contained(page):

@@ -91,7 +91,7 @@ def test_results_and_baseline_validate_against_the_schema(small_run):
     # summary, method versions, per-test durations
     assert results["summary"]["records"] == len(results["records"]) == 8
     assert sum(results["summary"]["verdicts"]["V"]["head"].values()) == 2
-    assert set(results["methods"]) == {"V", "J", "E"}
+    assert set(results["methods"]) == {"V", "J", "E", "R"}  # every registered claim
     assert all(m["version"] for m in results["methods"].values())
     assert len(results["durations"]) >= 8 and all(d >= 0 for d in results["durations"].values())
     nodeids = {n.split("::")[-1] for n in results["durations"]}

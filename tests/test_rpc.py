@@ -356,3 +356,18 @@ def test_terminal_verdict_table_counts_claim_r_conditions():
                claim_r.attack_record(_study([0.9] * 5, [0.9] * 5), "pgd", 0.02)]
     line = next(row for row in verdict_table(records) if row.startswith("R "))
     assert "3 conditions: 2 supported, 1 inconclusive" in line and "(trend)" not in line
+
+
+@pytest.mark.parametrize("option, value", [("--rpc-seeds", 0), ("--rpc-epochs", -1),
+                                           ("--rpc-pgd-steps", 0), ("--rpc-attack-samples", -2)])
+def test_bad_rpc_options_are_usage_errors_naming_the_option(option, value):
+    from types import SimpleNamespace
+
+    from fixtures.rpc_plugin import settings_from
+
+    given = {"--rpc-seeds": 5, "--rpc-epochs": 15, "--rpc-attack-samples": 0,
+             "--rpc-pgd-steps": 20, option: value}
+    config = SimpleNamespace(getoption=given.__getitem__)
+    with pytest.raises(pytest.UsageError, match=f"^{option} must be an integer >= "):
+        settings_from(config)
+    assert settings_from(SimpleNamespace(getoption={**given, option: 2}.__getitem__)).seeds >= 1
