@@ -406,9 +406,11 @@ def test_candidate_that_improved_passes_and_lists_it(pytester, gate_env):
         rec["verdict"] = "refuted"
         ci = rec.get("ci", {}).get("linear_cka")
         shift = 0.1 + (ci[1] - ci[0] if ci else 0.0)  # beyond the tolerance and both intervals
-        rec["metrics"]["linear_cka"] -= shift
+        # a CKA stays in [0, 1] (the schema refuses a baseline outside it): the accepted value
+        # is lowered towards 0, never below
+        rec["metrics"]["linear_cka"] = max(rec["metrics"]["linear_cka"] - shift, 0.0)
         if ci:
-            rec["ci"]["linear_cka"] = [x - shift for x in ci]
+            rec["ci"]["linear_cka"] = [max(x - shift, 0.0) for x in ci]
 
     base = _edited_baseline(gate_env, "worse.json", accepted_was_worse)
     res = _run(pytester, gate_env, gate_env["b"], "--baseline", str(base),
