@@ -79,7 +79,7 @@ def test_capture_records_the_keys_and_values_the_oracle_used():
     k = out["k"].double()  # float32 keys, exactly those the model used
     v_hat = KeyGram(k, scale=loaded.scale, top=oracle.HEAD_DIM).kpca_values("kpca")
     assert torch.allclose(out["v"].double(), v_hat, rtol=1e-6, atol=1e-7 * float(v_hat.abs().max()))
-    assert loaded.scale == oracle.HEAD_DIM ** -0.5
+    assert loaded.scale == oracle.ORACLE_SCALE
 
 
 TWINS = ("rotated", "mixed-cond10", "mixed-cond100", "mixed-cond1000", "scaled-10", "scaled-100",
