@@ -177,7 +177,7 @@ def test_ours_refutes_at_chance_or_below_the_refuted_bar_never_for_not_above_cha
 
 
 def test_judge_both_reports_both_and_picks_by_rules():
-    chosen, both = verdicts.judge_both("claim_v", METRICS, _ci(0.4, 0.6), rules_name="p2")
+    chosen, both = verdicts.judge_both("claim_v", METRICS, _ci(0.4, 0.5), rules_name="p2")
     assert both == {"p2": "inconclusive", "ours": "refuted"} and chosen.verdict == "inconclusive"
     with pytest.raises(ValueError, match="unknown rule set"):
         verdicts.judge_both("claim_v", METRICS, None, rules_name="strict")
