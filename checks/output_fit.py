@@ -40,8 +40,10 @@ def kpca_output_fit(probs: torch.Tensor, v: torch.Tensor, v_hat: torch.Tensor,
     v, v_hat : Tensor [..., M, d]
         The learned values and the KPCA value matrix V̂ of the same keys.
     v_null : Tensor [..., M, d], optional
-        A null value matrix (the token-shuffled V̂ of :func:`checks.nulls.shuffled_token_null`):
-        its R² is the chance level of the fit.
+        A null value matrix in place of ``v`` (the token-shuffled V of
+        :func:`checks.nulls.shuffled_token_null`): the R² of H_K on softmax·V_null is the chance
+        level of the fit. Shuffling the predictor's rows, not V̂'s, keeps the target H_K the same,
+        so when V carries no key structure V and its shuffle are exchangeable (method §7.2).
 
     Returns
     -------
@@ -62,13 +64,13 @@ def kpca_output_fit(probs: torch.Tensor, v: torch.Tensor, v_hat: torch.Tensor,
     """
     dtype = torch.float64
     probs, v, v_hat = probs.to(dtype), v.to(dtype), v_hat.to(dtype)
-    h = probs @ v
-    targets = [probs @ v_hat] + ([probs @ v_null.to(dtype)] if v_null is not None else [])
-    hc, _ = _centred_peak_one(h)
+    hk = probs @ v_hat
+    hk_mean = hk.mean(-2, keepdim=True)
+    hkc, peak = _centred_peak_one(hk)
+    predictors = [probs @ v] + ([probs @ v_null.to(dtype)] if v_null is not None else [])
     out: dict[str, torch.Tensor] = {}
-    for name, hk in zip(("r2", "r2_null"), targets):
-        hk_mean = hk.mean(-2, keepdim=True)
-        hkc, peak = _centred_peak_one(hk)
+    for name, h in zip(("r2", "r2_null"), predictors):
+        hc, _ = _centred_peak_one(h)
         # least squares with rank tolerance (gelsd on the CPU; the GPU's gels needs full rank)
         driver = "gelsd" if hc.device.type == "cpu" else None
         sol = torch.linalg.lstsq(hc, hkc, driver=driver).solution

@@ -258,7 +258,7 @@ def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
                      convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
     """The KPCA output fit of method §3.6 for a batch [b, h, n, d] of (already cast and
     standardised) queries, keys and values: V̂ of the keys, the attention probabilities, the fit
-    of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V̂."""
+    of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V."""
     from checks.gram import KeyGram
     from checks.nulls import shuffled_token_null
     from checks.output_fit import kpca_output_fit
@@ -266,7 +266,7 @@ def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     d = v.shape[-1]
     v_hat = KeyGram(k, scale=scale, dtype=k.dtype, top=min(d, k.shape[-2])).kpca_values(convention)
     probs = torch.softmax(scale * q @ k.transpose(-1, -2), dim=-1)
-    return kpca_output_fit(probs, v, v_hat, shuffled_token_null(v_hat, perm))
+    return kpca_output_fit(probs, v, v_hat, shuffled_token_null(v, perm))
 
 
 #: The per-token tensors of the layer terms [B, H, N_max] (method §3.7).
