@@ -129,7 +129,9 @@ def readme_block(reference: dict) -> str:
     prov = reference.get("provenance") or {}
     env = prov.get("numeric_environment") or {}
     blas = ((env.get("blas") or {}).get("torch") or {})
-    recs = reference["records"]
+    everything = reference["records"]
+    recs = [r for r in everything if not r.get("control")]  # the models under test (method §12)
+    controls = [r for r in everything if r.get("control")]
     total = Counter(r.get("verdict") for r in recs)
     lines = [
         f"Reference run of command 1 (`reference/results.json`): commit "
@@ -140,8 +142,11 @@ def readme_block(reference: dict) -> str:
         f"{prov.get('workers', 0)} workers.",
         "",
         f"{len(recs)} claim tests: {total['supported']} supported (passed), {total['refuted']} "
-        f"refuted, {total['inconclusive']} inconclusive (rules `{(reference.get('options') or {}).get('rules', 'ours')}`); "
-        f"exit {reference.get('exit_status', '?')}. Intervals are 95% bootstrap CIs.",
+        f"refuted, {total['inconclusive']} inconclusive, {total['undetermined']} undetermined "
+        f"(rules `{(reference.get('options') or {}).get('rules', 'ours')}`) of the models under "
+        f"test; exit {reference.get('exit_status', '?')}. Intervals are 95% bootstrap CIs.",
+        "",
+        _controls_line(controls),
         "",
         "| model | claim V heads: `p2` → `ours` | claim V model (`p2` → `ours`) | claim J layers; "
         "model log10 ‖h‖²/‖φ‖² | claim J trend | claim E model: raw vs standardised | γ heads "
@@ -149,12 +154,28 @@ def readme_block(reference: dict) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     by_model: dict[str, list[dict]] = {}
-    for rec in recs:
+    for rec in recs:  # the controls have their own section in the report
         by_model.setdefault(rec["model"], []).append(rec)
     models = reference.get("models") or {}
     for key in sorted(by_model, key=lambda k: (bool((models.get(k) or {}).get("control")), k)):
         lines.append(_model_row(key, models.get(key) or {}, by_model[key]))
     return "\n".join(lines) + "\n"
+
+
+def _controls_line(controls: list[dict]) -> str:
+    """One sentence on the controls (method §12): per role, records, met and missed expectations."""
+    if not controls:
+        return "No controls in this run."
+    parts = []
+    for role in ("positive", "negative", "dose-response"):
+        mine = [r for r in controls if r.get("control") == role]
+        if not mine:
+            continue
+        met = sum(1 for r in mine if (r.get("expected") or {}).get("met") is True)
+        missed = sum(1 for r in mine if (r.get("expected") or {}).get("met") is False)
+        parts.append(f"{role} {len(mine)} records: {met} as expected, {missed} instrument failures")
+    return ("Controls, counted apart (the report's Controls section, method §12): "
+            + "; ".join(parts) + ".")
 
 
 _BLOCK = re.compile(re.escape(BEGIN) + r"[^\n]*-->\n(.*?)" + re.escape(END), re.S)
