@@ -13,7 +13,8 @@ one place that says what is allowed to differ between two runs:
 
 It was first written by the code of commit 6070d57 (before the claim interface) and rewritten
 when the capture's forward pass moved to float64 and the tiny ViTs to pinned training (method
-§13). The golden crosses machines, so it is compared through :func:`report.tolerances.differences`:
+§13), and again when the `ours` rules moved to invariant metrics and calibrated nulls (method
+§2.4, §3.6, §4.2, §7.2). The golden crosses machines, so it is compared through :func:`report.tolerances.differences`:
 verdicts, counts, names, hashes and key order exactly, every number within the tolerance of its
 field kind (declared once, in :mod:`report.tolerances`), the evidence text through its numbers.
 Same-machine identity (serial against ``-n``, shards against one run, cache against fresh) stays
