@@ -172,7 +172,7 @@ def whose_rule(source: str, ours_set: bool = False) -> str:
         return "P2-logs (shown, not judged)"
     if text.startswith("P1"):
         return "P1"
-    return "ours" if text or ours_set else "no source recorded"
+    return "ours" if text or ours_set else "unknown"
 
 
 _METHOD_REF = re.compile(r"method §(\d+(?:\.\d+)?)")

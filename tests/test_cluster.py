@@ -220,8 +220,8 @@ def _fake_results(shard: int, count: int = 3, models=("m-a", "m-b", "m-c"),
     out = {"schema": RESULTS_SCHEMA, "provenance": prov, "options": {"seed": 0},
            "thresholds": {"V": {"x": 0.5}}, "records": recs, "not_run": [], "complete": True,
            "exit_status": 0,
-           "models": {m: {"key": m, "checkpoint_hash": "c-" + m, "input_set": {
-               "kind": "image", "source": "skimage", "hash": "h1"}} for m in mine}}
+           "models": {m: {"key": m, "checkpoint_hash": "c-" + m, "n_layers": 1, "n_heads": 2, "input_set": {
+               "kind": "image", "source": "skimage", "hash": "h1", "n_samples": 4, "names": ["a.png"]}} for m in mine}}
     if not complete:  # stopped by SIGTERM (a time limit) after its model's first test
         out.update(complete=False, exit_status=2, interrupted_by="SIGTERM", not_run=[
             f"claims/test_value_vectors.py::test_value_vectors[{mine[0]}-L00-H1]",

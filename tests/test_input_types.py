@@ -26,7 +26,8 @@ def flags(pytestconfig) -> dict:
 
 def test_every_switch_is_known_as_a_switch(flags):
     """pytest 9 gives no ``action`` key: the switches are found by what their action does."""
-    assert set(flags) == {"gpu", "standardize", "update_baseline", "save_samples"}
+    assert set(flags) == {"gpu", "standardize", "update_baseline", "save_samples", "multiverse",
+                          "training_dynamics"}
 
 
 @pytest.mark.parametrize("raw, value", [("true", True), ("TRUE", True), ("1", True), ("yes", True),

@@ -171,7 +171,8 @@ def test_every_threshold_and_source_is_shown(page, example):
     # the one table of the run's thresholds without a source: claim_e's section-level mode
     assert page.count("no source recorded") == 1
     assert re.search(r"<td>\(section\)</td><td class=\"mono\">refuted_mode = any</td>"
-                     r"<td class=\"nosource\">section setting \(no source recorded\)</td>", page)
+                     r"<td>[^<]*</td><td class=\"nosource\">section setting \(no source recorded\)</td>",
+                     page)
 
 
 def test_reference_range_precedence():
@@ -205,7 +206,7 @@ def test_empty_and_model_only_results_render(example):
 def test_threshold_without_source_is_flagged():
     rows = render.threshold_rows({"claim_x": {"supported": {"m": {"value": 1, "direction": ">="}}}})
     assert rows == [{"section": "claim_x", "rule": "supported · m", "condition": "m ≥ 1",
-                     "source": "no source recorded", "sourced": False}]
+                     "whose": "unknown", "source": "no source recorded", "sourced": False}]
 
 
 def test_provenance_panel(page, example):
@@ -581,7 +582,7 @@ def test_drilldown_notebook_runs_under_papermill(tmp_path, python3_kernel):
     text = _outputs(nb)
     assert f"claim V, {MINI} layer 0 head 2: undetermined" in text
     assert "optimal_cosine                   0.337       0.318" in text  # value beside its null
-    assert "refuted if <= 0.32  [P2, as P2 states it (abstract)" in text
+    assert "refuted if <= 0.32  [P2 abstract: optimal cosine" in text  # the example file's own sources
     assert f"claim J, {MINI} layer 0 (verdicts are per layer): refuted" in text
     assert f"claim E (gamma constancy), {MINI} layer 0 head 2: supported" in text
     assert " * head   2  U     0.337 (0.318)" in text  # the layer's other heads, this one starred
