@@ -28,7 +28,7 @@ PID_FILES = (Path("/run/slurm/slurmd.pid"), Path("/run/slurm/slurmctld.pid"),
              Path("/run/munge/munged.pid"))
 JOBCOMP = Path("/var/log/slurm/jobcomp.log")
 pytestmark = pytest.mark.xdist_group("real-slurm")  # one worker starts and stops the daemons
-SELECTION = ("--models", "control-vit_tiny_patch16_224,control-bert-minilm-shape", "--layers", "0",
+SELECTION = ("--models", "random-vit_tiny_patch16_224,random-bert-minilm-shape", "--layers", "0",
              "--heads", "0,1", "--n-samples", "4", "--threads", "1")
 
 
