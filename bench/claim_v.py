@@ -1,6 +1,6 @@
 """Claim V timed stage by stage through the suite's own session, against the plain per-head loop
 of :mod:`bench.reference` on a fixed random subset of (sample, layer, head) triples fed the very
-k, v and null basis A₀ our path received, with every compared quantity's agreement checked. What
+k, v and null (token permutation of ΠV̂) our path received, with every compared quantity's agreement checked. What
 is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.session.ModelRun`
 (fresh temporary cache) loads the model, captures Q/K/V through
 :func:`fixtures.capture_batches.capture_to_layer_files`, then computes every layer's claim-V metrics in the
@@ -85,6 +85,13 @@ def _agreement(ours: dict[tuple, dict], ref: dict[tuple, dict], rtol: float) -> 
             "passed": not failures and flag_mismatch == 0}
 
 
+def _null_of(kw: dict, i: int, j: int) -> torch.Tensor:
+    """The null our path was given for head (i, j): the token permutation of ΠV̂ (method §2.3) or,
+    where a caller passes one, the random basis A₀; the reference takes either."""
+    null = kw["null_perm"] if kw.get("null_perm") is not None else kw["null_axes"]
+    return null[i, j].cpu().clone()
+
+
 def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> dict:
     import checks.p2_code
     import checks.similarity
@@ -142,7 +149,7 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
                     if (b, state["layer"], first + j) in subset:
                         recorded[(b, state["layer"], first + j)] = (
                             k[i, j].cpu().clone(), v[i, j].cpu().clone(),
-                            kw["null_axes"][i, j].cpu().clone())  # the reference runs on the CPU
+                            _null_of(kw, i, j))  # the reference runs on the CPU
             return out
         return timers.wrap("vvmb", call)
 

@@ -68,9 +68,9 @@ def _no_clock(name: str) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------ method §1, one head
-def _as_f64(x, name: str) -> np.ndarray:
+def _as_f64(x, name: str, ndims: tuple[int, ...] = (2,)) -> np.ndarray:
     arr = np.array(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
-    if arr.ndim != 2:
+    if arr.ndim not in ndims:
         raise ValueError(f"{name} must be a 2-D array [N, d] for one head, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} holds NaN or Inf")
@@ -213,8 +213,10 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
     ----------
     k, v : array-like [N, d]
         Keys and learned values of one head (NumPy arrays or torch tensors).
-    null_axes : array-like [N, min(N, d)]
-        The null basis A₀ (orthonormal columns), used as given.
+    null_axes : array-like [N, min(N, d)] or [N]
+        The null: a basis A₀ [N, min(N, d)] (orthonormal columns, used as given) for the
+        random-basis null V̂₀, or a permutation of the N tokens [N] for the token-shuffled null
+        ΠV̂ (method §2.3), the one the claim-V test uses.
     scale : float, optional
         Softmax scale s; 1/√d when None.
     standardize_keys : bool
@@ -232,12 +234,15 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
     """
     timed = clock.stage if clock is not None else _no_clock
     k, v = _as_f64(k, "k"), _as_f64(v, "v")
-    a0 = _as_f64(null_axes, "null_axes")
+    a0 = _as_f64(null_axes, "null_axes", ndims=(1, 2))
     n, d = k.shape
     m = min(n, d)
-    if v.shape != k.shape or a0.shape != (n, m) or n < 2:
-        raise ValueError(f"need k, v [N, d] with N >= 2 and null_axes [N, min(N, d)]; got k "
-                         f"{k.shape}, v {v.shape}, null_axes {a0.shape}")
+    shuffled = a0.ndim == 1
+    if shuffled and sorted(a0.astype(np.int64).tolist()) != list(range(n)):
+        raise ValueError(f"a 1-D null_axes must be a permutation of the {n} tokens")
+    if v.shape != k.shape or (not shuffled and a0.shape != (n, m)) or n < 2:
+        raise ValueError(f"need k, v [N, d] with N >= 2 and null_axes [N, min(N, d)] or a "
+                         f"permutation [N]; got k {k.shape}, v {v.shape}, null_axes {a0.shape}")
     if convention not in ("p2", "kpca"):
         raise ValueError(f"unknown axis convention {convention!r}; use 'p2' or 'kpca'")
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
@@ -261,7 +266,10 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
             axes = axes / np.sqrt(np.maximum(mu[:m], TINY))
         g_inv = np.diag(np.exp(-log_g))  # G = diag(1/g_j)
         v_hat = pad_columns(g_inv @ h @ axes, d)  # P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
-        v_null = pad_columns(g_inv @ h @ a0, d)  # method §2: V̂₀ = G(I − 11ᵀ/N)A₀
+        if shuffled:
+            v_null = v_hat[a0.astype(np.int64)]  # method §2.3: ΠV̂, the rows of V̂ reordered
+        else:
+            v_null = pad_columns(g_inv @ h @ a0, d)  # method §2: V̂₀ = G(I − 11ᵀ/N)A₀
         out: dict[str, float] = {}
         for suffix, target in (("", v_hat), ("_null", v_null)):
             for name, fn in METRICS.items():

@@ -52,6 +52,21 @@ def test_reference_equals_batched_path(n, d, key_scale, standardize, convention)
     assert set(clock.wall) == {"gram", "eigen", "metrics", "assignment"}
 
 
+@pytest.mark.parametrize("convention", ["p2", "kpca"])
+def test_reference_token_shuffled_null_equals_batched_path(convention):
+    """The null the claim-V test uses, ΠV̂ (method §2.3): given as a token permutation per head,
+    the reference reorders V̂'s rows and must agree with the batched path's null metrics."""
+    k, v, _ = heads(3, 14, 4, seed=5)
+    g = torch.Generator().manual_seed(9)
+    perm = torch.stack([torch.randperm(14, generator=g) for _ in range(3)])
+    ours = value_vector_metrics_batched(k, v, null_perm=perm, convention=convention, **TOL)
+    for b, ref in enumerate(reference_claim_v(zip(k, v, perm), convention=convention)):
+        for name in NAMES:
+            assert close(float(ours[name][b]), ref[name], 1e-8), (name, b)
+    with pytest.raises(ValueError, match="permutation"):
+        reference_head(k[0], v[0], torch.zeros(14))
+
+
 def test_reference_known_answer_v_equals_v_hat():
     """V := V̂ of the same keys: every metric at its perfect value, the null far from it."""
     k, _, a0 = heads(1, 14, 4, seed=3)
