@@ -7,8 +7,11 @@ thresholds, code version (git commit) and input sets, each shard once, each reco
 mismatch refuses the merge with one sentence naming the field and both values, and nothing is
 written. Nothing in a shard is trusted: each is parsed strictly and validated against
 docs/results.schema.json (record types, finite numbers, metric ranges); every test a shard ran
-(its ``durations``) must have a record, a ``skipped`` reason or a ``not_run`` entry, and every
-record a test that ran; the shards' samples.jsonl (``--save-samples``) are joined when every shard
+(its ``durations``) must have a record, a ``skipped`` reason or a ``not_run`` entry, every
+record a test that ran, a shard that says ``complete: true`` no test under ``not_run``, and a
+shard's ``summary`` the counts of what it holds (:func:`check_accounted`); a shard that says it
+ended early (a time limit, ``scancel``, a fault), with few records or none, is merged as partial
+and named. The shards' samples.jsonl (``--save-samples``) are joined when every shard
 has one, and the merge is refused when only some have, or one is missing. Models of
 the declared run that no input holds (a shard that failed or was not given) are listed under
 ``provenance.missing_models`` and the merge is marked partial (``complete: false``), as an
@@ -102,12 +105,16 @@ _MISSING = _Missing()
 
 
 def check_accounted(name: str, data: dict) -> None:
-    """Every claim test the shard ran (its ``durations``, one entry per reported test) left a
-    record, was skipped without one (``skipped``), or is listed under ``not_run``: a record
-    removed by hand, or a file cut short, is refused instead of merged as complete."""
-    durations = data.get("durations")
-    if not durations:
-        return  # a results.json of an earlier version: nothing to check against
+    """A shard's own account of its tests must hold together; what it may say and what it may not.
+
+    Accepted, as a partial input the merge names: a shard that says it ended early
+    (``complete: false``, with ``interrupted_by``, ``errors`` or the tests it did not reach under
+    ``not_run``), whatever number of records it has, none included. Refused: a test the shard ran
+    (its ``durations``, one entry per reported test) with no record, no ``skipped`` reason and no
+    ``not_run`` entry, or a record of a test it did not run; ``complete: true`` beside tests that
+    did not run, faults or a SIGTERM; a ``summary`` whose counts its records and ``not_run`` do
+    not give (a record removed, added or altered by hand, or a file cut short)."""
+    durations = data.get("durations") or {}  # none: a results.json of an earlier version
     recorded = {str(r.get("test_id")) for r in data["records"]}
     accounted = set(data["not_run"]) | set(data.get("skipped") or {})
     missing = sorted(t for t in durations
@@ -121,11 +128,30 @@ def check_accounted(name: str, data: dict) -> None:
                          f"record of it, nor lists it under not_run or skipped: a record was "
                          f"removed or the file is damaged; rerun that shard{hint}")
     orphans = sorted(str(r.get("test_id")) for r in data["records"]
-                     if not any(t.split("::")[-1] == r.get("test_id") for t in durations))
+                     if durations and not any(t.split("::")[-1] == r.get("test_id")
+                                              for t in durations))
     if orphans:
         raise MergeError(f"{name} holds a record of {orphans[0]}, a test its durations do not "
                          "list (it did not run in that shard): a record was added or copied from "
                          "another file; rerun that shard")
+    if data["complete"]:
+        said = (f"{len(data['not_run'])} tests under not_run" if data["not_run"] else
+                f"{len(data['errors'])} faults under errors" if data.get("errors") else
+                f"interrupted_by {data['interrupted_by']!r}" if data.get("interrupted_by") else None)
+        if said:
+            raise MergeError(f"{name} says complete: true but lists {said}: a hand-edited or "
+                             "damaged shard; rerun that shard")
+    stated = data.get("summary")
+    if isinstance(stated, dict):
+        from .summary import summary
+
+        counted = summary(data["records"], data["not_run"])
+        for key in ("records", "not_run", "verdicts", "outcomes"):
+            if key in stated and stated[key] != counted[key]:
+                raise MergeError(
+                    f"{name} states summary.{key} {json.dumps(stated[key], sort_keys=True)} but its "
+                    f"records and not_run give {json.dumps(counted[key], sort_keys=True)}: a record "
+                    "was removed, added or altered by hand, or the file is damaged; rerun that shard")
 
 
 def _samples(path: Path, data: dict) -> Path | None:

@@ -323,6 +323,162 @@ def test_partial_reasons_of_a_merge_with_a_fault_and_of_a_complete_one():
         "on device", "1 collected claim test did not run"]
 
 
+# ------------------------------------------- shard accounting: cut short, or edited by hand
+def _as_written(shard: int, recorded: int, stopped: bool = True, reached: bool = True) -> dict:
+    """A shard of models m-a, m-b as a run writes it: its model's three collected tests, of which
+    the first ``recorded`` left a record. A ``stopped`` shard got SIGTERM (a time limit,
+    ``scancel``) in its next test, after that test's setup (``reached``, so durations lists it)
+    or before it, and lists the tests it did not finish under not_run."""
+    from report.summary import summary
+
+    data = _fake_results(shard, count=2, models=("m-a", "m-b"))
+    model = ("m-a", "m-b")[shard - 1]
+    data["models"][model]["n_layers"] = 2
+    tests = [f"claims/test_value_vectors.py::test_value_vectors[{model}-L0{layer}-H{head}]"
+             for layer, head in ((0, 0), (0, 1), (1, 0))]
+    data["records"] = [{"claim": "V", "level": "head", "model": model, "layer": layer, "head": head,
+                        "verdict": "supported", "metrics": {"x": 0.5 + head},
+                        "test_id": t.split("::")[-1], "options": {"seed": 0}, "outcome": "passed"}
+                       for t, (layer, head) in zip(tests[:recorded], ((0, 0), (0, 1), (1, 0)))]
+    if not recorded:
+        data["models"] = {}  # a model's provenance comes with its first record
+    data["durations"] = {t: 0.5 for t in tests[:recorded]}
+    data["skipped"] = {}
+    if stopped:
+        if reached and recorded < len(tests):
+            data["durations"][tests[recorded]] = 0.001  # its setup ran; SIGTERM in its call
+        data.update(complete=False, exit_status=2, interrupted_by="SIGTERM",
+                    not_run=tests[recorded:])
+    else:
+        assert recorded == len(tests)
+    data["summary"] = summary(data["records"], data["not_run"])
+    return data
+
+
+@pytest.mark.parametrize("recorded, reached", [(0, False), (0, True), (1, True), (2, True)],
+                         ids=["before-any-test", "in-its-first-test", "after-1-record",
+                              "after-2-records"])
+def test_report_merge_takes_shards_stopped_early_as_partial_and_names_them(tmp_path, recorded,
+                                                                          reached):
+    """Both shards stopped by SIGTERM, with no record or fewer than they collected: merged as a
+    partial run (complete: false) whose one line and report name both shards."""
+    shards = [_put(tmp_path / f"s{k}" / "results.json", _as_written(k, recorded, reached=reached))
+              for k in (1, 2)]
+    out = tmp_path / "merged"
+    done = _merge_cli(*shards, "-o", out)
+    assert done.returncode == 0, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("partial merge (complete: false): ") and len(line.splitlines()) == 1
+    for k, shard in zip((1, 2), shards):
+        assert (f"Shard {k}/2 ({shard}) was stopped by SIGTERM (a job time limit or scancel); "
+                f"{3 - recorded} claim test{'s' if recorded < 2 else ''} of it did not run") in line, line
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["complete"] is False and len(merged["records"]) == 2 * recorded
+    assert len(merged["not_run"]) == 2 * (3 - recorded)
+    assert merged["summary"]["records"] == 2 * recorded
+    assert merged["provenance"]["missing_models"] == ([] if recorded else ["m-a", "m-b"])
+    assert [e["interrupted_by"] for e in merged["provenance"]["merged_from"]] == ["SIGTERM"] * 2
+    html = (out / "report.html").read_text()
+    assert "Shard 1/2" in html and "Shard 2/2" in html and "(unknown model)" not in html
+
+
+def test_the_merge_job_of_two_shards_stopped_before_any_record_exits_2_with_a_report(slurm_stub,
+                                                                                    tmp_path):
+    """The real-Slurm case (a time limit and a scancel, both in the first test) through the
+    script's merge mode with the real Python: a partial merge, exit 2, not a refusal (exit 4)."""
+    run_dir = tmp_path / "r"
+    for k in (1, 2):
+        data = _as_written(k, 0)
+        data["provenance"]["run_id"] = "run-1"
+        _put(run_dir / f"shard-{k}" / "results.json", data)
+    done, _ = slurm_stub("merge", KPCA_SHARDS="2", KPCA_RUN_ID="run-1", KPCA_RUN_DIR=str(run_dir),
+                         KPCA_PYTHON=sys.executable)
+    assert done.returncode == 2, done.stdout + done.stderr
+    partial = next(x for x in done.stderr.splitlines() if x.startswith("partial merge"))
+    assert "Shard 1/2" in partial and "Shard 2/2" in partial and "stopped by SIGTERM" in partial
+    assert "merged run partial (complete: false)" in done.stderr
+    assert json.loads((run_dir / "merged" / "results.json").read_text())["complete"] is False
+    assert (run_dir / "merged" / "report.html").is_file()
+
+
+def _edit(data: dict, change) -> dict:
+    change(data)
+    return data
+
+
+def _drop_record_and_duration(data: dict) -> None:
+    rec = data["records"].pop()
+    del data["durations"][next(t for t in data["durations"] if t.endswith(rec["test_id"]))]
+
+
+def _drop_record_into_not_run(data: dict) -> None:
+    rec = data["records"].pop()
+    data["not_run"] = sorted(data["not_run"] + [
+        next(t for t in data["durations"] if t.endswith(rec["test_id"]))])
+
+
+#: shard 2 edited by hand → words of the one-line refusal
+EDITED = {
+    "complete, a record removed": (
+        lambda: _edit(_as_written(2, 3, stopped=False), lambda d: d["records"].pop()),
+        "test_value_vectors[m-b-L01-H0] under durations (it ran) but holds no record of it"),
+    "complete, a record and its duration removed": (
+        lambda: _edit(_as_written(2, 3, stopped=False), _drop_record_and_duration),
+        "states summary.records 3 but its records and not_run give 2"),
+    "complete, a verdict altered": (
+        lambda: _edit(_as_written(2, 3, stopped=False),
+                      lambda d: d["records"][0].update(verdict="refuted")),
+        'states summary.verdicts {"V": {"head": {"supported": 3}}} but its records and not_run '
+        'give {"V": {"head": {"refuted": 1, "supported": 2}}}'),
+    "complete, with tests under not_run": (
+        lambda: _edit(_as_written(2, 1), lambda d: d.update(complete=True, exit_status=0)),
+        "says complete: true but lists 2 tests under not_run"),
+    "complete, stopped by SIGTERM": (
+        lambda: _edit(_as_written(2, 3, stopped=False), lambda d: d.update(interrupted_by="SIGTERM")),
+        "says complete: true but lists interrupted_by 'SIGTERM'"),
+    "stopped, a record removed": (
+        lambda: _edit(_as_written(2, 2), lambda d: d["records"].pop()),
+        "test_value_vectors[m-b-L00-H1] under durations (it ran) but holds no record of it"),
+    "stopped, a record moved to not_run": (
+        lambda: _edit(_as_written(2, 2), _drop_record_into_not_run),
+        "states summary.records 2 but its records and not_run give 1"),
+    "stopped, a string metric": (
+        lambda: _edit(_as_written(2, 1), lambda d: d["records"][0]["metrics"].update(x="0.5")),
+        '.metrics.x is "0.5"'),
+    "stopped, a record that is not an object": (
+        lambda: _edit(_as_written(2, 1), lambda d: d["records"].__setitem__(0, "V m-b L0 H0")),
+        "records[0] must be an object"),
+    "stopped, a record added": (
+        lambda: _edit(_as_written(2, 1), lambda d: d["records"].append(
+            {**d["records"][0], "layer": 1, "test_id": "test_value_vectors[m-b-L01-H0]"})),
+        "holds a record of test_value_vectors[m-b-L01-H0], a test its durations do not list"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDITED))
+def test_report_merge_refuses_a_shard_whose_account_was_edited_by_hand(tmp_path, case):
+    """Beside a shard stopped by SIGTERM (accepted above), a shard whose records were removed,
+    added or altered, or that claims complete: true beside tests that did not run: exit 4, one
+    line naming the shard and what does not add up, nothing written."""
+    make, words = EDITED[case]
+    a = _put(tmp_path / "s1" / "results.json", _as_written(1, 1))
+    b = _put(tmp_path / "s2" / "results.json", make())
+    out = tmp_path / "merged"
+    done = _merge_cli(a, b, "-o", out)
+    assert done.returncode == 4, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(b) in lines[0] and words in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_both_sides_of_the_line_are_real_shards_with_a_valid_account():
+    """The hand-made shards above are consistent as written (so each refusal is the edit's)."""
+    from report.merge import check_accounted
+
+    for k, recorded, stopped in ((1, 0, True), (2, 1, True), (1, 3, False)):
+        check_accounted("s", _as_written(k, recorded, stopped=stopped))
+
+
 # --------------------------------------------------------------------------------- SIGTERM
 _SIGNAL_PROBE = textwrap.dedent("""\
     import os, signal, sys, time
