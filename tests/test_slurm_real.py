@@ -4,8 +4,9 @@ and a run under a time limit with a shard cancelled while it runs.
 
 Skipped, with the reason, where Slurm is not installed (``bash scripts/local-slurm.sh install``;
 CI installs it) or the tests do not run as root (the daemons need it). Daemons this test starts
-it stops by their PIDs. Measured: 248 s for both tests (2-core machine shared with other jobs,
-load ~20): 117 s the docs commands + reference run + rerun, 117 s the time limit + scancel."""
+it stops by their PIDs. Measured (2-core machine shared with other jobs, `-n 2`): 266 s for both
+tests at load ~6 (118 s the docs commands + reference run + rerun, 110 s the time limit +
+scancel), 339 s at load ~14 (145 s, 91 s)."""
 
 from __future__ import annotations
 
