@@ -16,8 +16,9 @@ what made them comparable). Two modes (``--gate``):
     match.
 ``same-checkpoint``
     Reproducibility of a frozen checkpoint after a change of code or environment: the checkpoint
-    hash must match, any verdict change is a regression, and metrics may move by round-off only
-    (``[baseline]``: ``abs + rel·|baseline|``, one-sided where a direction is named).
+    hash must match (checked at start-up where it is known before the run, fixtures/identity.py;
+    here after the run otherwise), any verdict change is a regression, and metrics may move by
+    round-off only (``[baseline]``: ``abs + rel·|baseline|``, one-sided where a direction is named).
 
 Comparing runs that differ in anything but the checkpoint is an error (:class:`BaselineMismatch`,
 exit 4), not a regression: the numbers would not be comparable.
@@ -283,6 +284,18 @@ def check_comparable_before_run(specs: dict, options: dict, thresholds: dict, ba
     return pairs
 
 
+def check_same_checkpoint(cand: str, cand_hash, base: str, base_hash, origin: str = "") -> None:
+    """``--gate same-checkpoint``: the candidate's weight hash is the baseline model's, else a
+    :class:`BaselineMismatch` naming both. Made at start-up where the hash is known before the
+    run (fixtures/identity.py), and by :func:`compare` after it (the backstop)."""
+    if cand_hash != base_hash:
+        where = f" ({origin})" if origin else ""
+        raise BaselineMismatch(
+            f"--gate same-checkpoint: the checkpoint hash of {cand}{where} is {cand_hash}, "
+            f"the baseline's ({base}) {base_hash}: use the default --gate candidate to gate a "
+            "new checkpoint, or regenerate the baseline with --update-baseline")
+
+
 def _check_options(now: dict, then: dict) -> None:
     for k in (k for k in _OPTION_FIELDS if k in now or k in then):
         if now.get(k) != then.get(k):
@@ -395,11 +408,8 @@ def compare(results: dict, baseline: dict, tolerances: dict, *, mode: str = "sam
                 raise BaselineMismatch(
                     f"the input set differs: {f.replace('_', ' ')} of {cand} is {c.get(f)}, of "
                     f"baseline model {base} {b.get(f)}: gate on the inputs the baseline used")
-        if mode == "same-checkpoint" and c["checkpoint_hash"] != b["checkpoint_hash"]:
-            raise BaselineMismatch(
-                f"--gate same-checkpoint: the checkpoint hash of {cand} is {c['checkpoint_hash']}, "
-                f"the baseline's ({base}) {b['checkpoint_hash']}: use the default --gate candidate "
-                "to gate a new checkpoint, or regenerate the baseline with --update-baseline")
+        if mode == "same-checkpoint":
+            check_same_checkpoint(cand, c["checkpoint_hash"], base, b["checkpoint_hash"])
         pos_now = {tuple(p) for p in now["positions"].get(cand, [])}
         pos_then = {tuple(p) for p in then["positions"].get(base, [])}
         claims_now, claims_then = {p[0] for p in pos_now}, {p[0] for p in pos_then}

@@ -424,13 +424,50 @@ def test_candidate_that_improved_passes_and_lists_it(pytester, gate_env):
 
 @pytest.mark.slow
 def test_same_checkpoint_mode_passes_on_a_and_refuses_b(pytester, gate_env):
+    # under -n 2: the start-up checks of the controller let a fitting baseline through
     same = _run(pytester, gate_env, gate_env["a"], "--baseline", str(gate_env["base"]),
-                "--gate", "same-checkpoint", "--out", str(gate_env["tmp"] / "e"))
+                "--gate", "same-checkpoint", "--out", str(gate_env["tmp"] / "e"), "-n", "2")
     assert same.ret == 0, same.stdout.str()[-3000:]
     assert "same checkpoint" in same.stdout.str()
     other = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
                  "--gate", "same-checkpoint", "--out", str(gate_env["tmp"] / "f"))
-    assert other.ret == 4 and "same-checkpoint: the checkpoint hash" in other.stdout.str()
+    assert other.ret == 4 and "same-checkpoint: the checkpoint hash" in other.stderr.str()
+
+
+def _nothing_ran(res, out: Path, cache: Path) -> None:
+    """No claim test ran: none reported, no model was captured (every claim test needs its
+    model's capture, and the run's own cache folder holds none), no results.json."""
+    text = res.stdout.str()
+    assert not any(word in text for word in (" PASSED", " FAILED", "passed", "failed", "refuted",
+                                             "ready in")), text[-2000:]
+    assert not (cache / "capture").exists() and not (out / "results.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_same_checkpoint_gate_refuses_other_weights_before_any_test(pytester, gate_env, workers):
+    """--gate same-checkpoint with the weights of B against A's baseline: the weight hash is
+    known once B is loaded, so the controller loads it at start-up and refuses (exit 4, one
+    sentence naming both hashes and the remedy) before any claim test, serially and under -n 2."""
+    from safetensors.torch import load_file
+
+    from fixtures.checkpoints import state_dict_hash
+
+    name = "xdist" if workers else "serial"
+    out, cache = gate_env["tmp"] / f"same-{name}", gate_env["tmp"] / f"same-{name}-cache"
+    res = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
+               "--gate", "same-checkpoint", "--out", str(out), "--cache-dir", str(cache), *workers)
+    err = [line for line in res.stderr.str().splitlines() if line.strip()]
+    assert res.ret == 4, res.stdout.str()[-3000:] + res.stderr.str()[-2000:]
+    hash_a = json.loads(gate_env["base"].read_text())["identity"]["models"][
+        "checkpoint-run-0031"]["checkpoint_hash"]
+    hash_b = state_dict_hash(load_file(str(gate_env["b"])))  # the file's tensors: another route
+    assert err == [f"ERROR: baseline {gate_env['base']}: --gate same-checkpoint: the checkpoint "
+                   f"hash of checkpoint-run-0042 (file run-0042.safetensors) is {hash_b}, the "
+                   f"baseline's (checkpoint-run-0031) {hash_a}: use the default --gate candidate "
+                   "to gate a new checkpoint, or regenerate the baseline with --update-baseline"]
+    assert hash_a != hash_b
+    _nothing_ran(res, out, cache)
 
 
 @pytest.mark.slow
@@ -465,35 +502,101 @@ def test_require_fails_when_a_model_verdict_is_below_its_floor(pytester, gate_en
 
 
 @pytest.mark.slow
-def test_a_baseline_of_another_selection_or_claim_set_stops_before_any_test(pytester, gate_env):
+def test_the_startup_weight_hash_of_a_checkpoint_is_the_one_its_run_recorded(gate_env):
+    from fixtures import identity, models
+
+    spec = models.spec_for_checkpoint(gate_env["a"], "vit_tiny_patch16_224")
+    got = identity.weight_identity(spec, gate_env["tmp"] / "cache")
+    recorded = json.loads(gate_env["base"].read_text())["identity"]["models"][
+        "checkpoint-run-0031"]["checkpoint_hash"]  # written by A's run, after loading A
+    assert (got.hash, got.origin) == (recorded, "file run-0031.safetensors")
+
+
+REFERENCE = ROOT / "reference" / "results.json"
+
+
+@pytest.mark.parametrize("key", ["all-MiniLM-L6-v2", "control-vit_tiny_patch16_224"])
+def test_the_startup_weight_hash_is_the_one_the_reference_run_recorded(key, tmp_path):
+    """A package model and a seeded random control: the hash computed at start-up is the one
+    the reference run (reference/results.json) recorded after its loads; the random state of
+    the caller is untouched, and another seed is another identity."""
+    import dataclasses
+
+    import torch
+
+    from fixtures import identity, registry
+
+    spec = registry.REGISTRY[key]
+    state = torch.random.get_rng_state()
+    got = identity.weight_identity(spec, tmp_path)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert got.hash == json.loads(REFERENCE.read_text())["models"][key]["checkpoint_hash"]
+    if spec.source == "random":
+        assert got.origin == f"{spec.arch} initialised with seed {spec.seed}"
+        other = identity.weight_identity(dataclasses.replace(spec, seed=spec.seed + 1), tmp_path)
+        assert other.hash is not None and other.hash != got.hash
+
+
+def test_the_startup_weight_hash_of_a_trained_model_is_known_once_it_is_trained(tmp_path,
+                                                                                monkeypatch):
+    """A model of ours: no identity before its training (the gate checks after the run), then
+    the hash of the last checkpoint of its series in the cache, the weights the run loads."""
+    from fixtures import identity, registry, session, training
+    from fixtures.checkpoints import state_dict_hash
+
+    config = training.TrainConfig(variant="softmax", epochs=1, batch_size=64, depth=1,
+                                  embed_dim=48, num_heads=6, img_size=16, patch_size=4,
+                                  mlp_ratio=2.0, lr=3e-3, warmup_epochs=0.5, threads=1,
+                                  numerics="native")  # about a second to train
+    monkeypatch.setattr(session, "trained_config", lambda spec: config)
+    spec = registry.REGISTRY["tiny-vit-digits-softmax"]
+    before = identity.weight_identity(spec, tmp_path)
+    assert before.hash is None and "is not trained in the cache" in before.reason
+    series = training.train_series(config, tmp_path / "trained" / config.config_hash())
+    after = identity.weight_identity(spec, tmp_path)
+    assert after.hash == state_dict_hash(series.load(len(series.checkpoints) - 1).state_dict())
+    assert after.hash != state_dict_hash(series.load(0).state_dict())  # trained, not initial
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_baseline_of_another_selection_or_claim_set_stops_before_any_test(pytester, gate_env,
+                                                                            workers):
     """The baseline holds heads 0,1 of layer 0; a run of head 0 only, or of claim V only, is not
-    comparable: refused at start-up (no test runs, no results.json), not after the run."""
-    out = gate_env["tmp"] / "sel"
+    comparable: refused at start-up (no test runs, no results.json), not after the run; under
+    -n 2 by the controller, on the positions its first worker collected, before it schedules
+    any test."""
+    name = "xdist" if workers else "serial"
+    out, cache = gate_env["tmp"] / f"sel-{name}", gate_env["tmp"] / f"sel-{name}-cache"
     heads = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
-                 "--heads", "0", "--out", str(out))
+                 "--heads", "0", "--out", str(out), "--cache-dir", str(cache), *workers)
     err = heads.stderr.str()
     assert heads.ret == 4, heads.stdout.str()[-3000:] + err[-2000:]
     assert "the selection differs: the baseline holds claims E, J, V, layers 0, heads 0,1" in err
     assert "this run would write claims E, J, V, layers 0, heads 0" in err
     assert "use the --layers/--heads of the baseline run" in err
-    assert " PASSED" not in heads.stdout.str() and not (out / "results.json").exists()
+    assert len([line for line in err.splitlines() if line.strip()]) == 1, err
+    _nothing_ran(heads, out, cache)
     claims = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
-                  "-k", "value_vectors", "--out", str(out))
+                  "-k", "value_vectors", "--out", str(out), "--cache-dir", str(cache), *workers)
     assert claims.ret == 4 and "the claim set differs" in claims.stderr.str()
-    assert not (out / "results.json").exists()
+    _nothing_ran(claims, out, cache)
 
 
 @pytest.mark.slow
-def test_a_require_clause_that_selects_nothing_is_a_usage_error(pytester, gate_env):
-    out = gate_env["tmp"] / "req"
-    empty = _run(pytester, gate_env, gate_env["b"], "--require", "", "--out", str(out))
-    assert empty.ret == 4 and "--require '' names no claim" in empty.stderr.str()
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_require_clause_that_selects_nothing_is_a_usage_error(pytester, gate_env, workers):
+    name = "xdist" if workers else "serial"
+    out, cache = gate_env["tmp"] / f"req-{name}", gate_env["tmp"] / f"req-{name}-cache"
+    if not workers:  # a syntax error: pytest_configure, before any worker exists
+        empty = _run(pytester, gate_env, gate_env["b"], "--require", "", "--out", str(out))
+        assert empty.ret == 4 and "--require '' names no claim" in empty.stderr.str()
     none = _run(pytester, gate_env, gate_env["b"], "--require", "V>=inconclusive",
-                "-k", "gram_spectrum", "--out", str(out))
+                "-k", "gram_spectrum", "--out", str(out), "--cache-dir", str(cache), *workers)
     assert none.ret == 4, none.stdout.str()[-2000:]
     assert ("--require 'V>=inconclusive': the clause V>=inconclusive selects nothing: no "
             "model-level test of claim V is collected") in none.stderr.str()
-    assert not (out / "results.json").exists()
+    _nothing_ran(none, out, cache)
 
 
 @pytest.mark.slow
