@@ -279,7 +279,7 @@ def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     LAPACK round differently for a matrix that does not start on a 16-byte boundary, and in a
     batch of N×N matrices with odd N every second one does not (measured on all-MiniLM-L6-v2,
     N = 79: V̂ from the batched eigh and softmax·V̂ of the odd heads differed in the last bits,
-    ‖h*‖² by up to 6e-14 relative, between 12 heads in one batch and one head alone).
+    ‖h*‖² by up to 4e-14 relative, between 12 heads in one batch and one head alone).
     """
     lead = q.shape[:-2]
     n_items = math.prod(lead)
