@@ -67,18 +67,19 @@ def kpca_output_fit(probs: torch.Tensor, v: torch.Tensor, v_hat: torch.Tensor,
     hk = probs @ v_hat
     hk_mean = hk.mean(-2, keepdim=True)
     hkc, peak = _centred_peak_one(hk)
-    predictors = [probs @ v] + ([probs @ v_null.to(dtype)] if v_null is not None else [])
-    out: dict[str, torch.Tensor] = {}
-    for name, h in zip(("r2", "r2_null"), predictors):
-        hc, _ = _centred_peak_one(h)
-        # least squares with rank tolerance (gelsd on the CPU; the GPU's gels needs full rank)
-        driver = "gelsd" if hc.device.type == "cpu" else None
-        sol = torch.linalg.lstsq(hc, hkc, driver=driver).solution
-        fit = hc @ sol
-        total = (hkc ** 2).sum(dim=(-2, -1))
-        resid = ((fit - hkc) ** 2).sum(dim=(-2, -1))
-        out[name] = torch.where(total > 0, 1.0 - resid / total.clamp_min(1e-300),
-                                torch.zeros_like(total))
-        if name == "r2":
-            out["fitted_h_sq"] = ((fit * peak + hk_mean) ** 2).sum(-1)
+    # the learned V and, with a null, the token-shuffled V on a predictor axis [..., P, M, d]:
+    # one least-squares call fits both
+    vs = v.unsqueeze(-3) if v_null is None else torch.stack([v, v_null.to(dtype)], dim=-3)
+    hc, _ = _centred_peak_one(probs.unsqueeze(-3) @ vs)  # [..., P, N, d]
+    target = hkc.unsqueeze(-3).expand_as(hc)
+    # least squares with rank tolerance (gelsd on the CPU; the GPU's gels needs full rank)
+    driver = "gelsd" if hc.device.type == "cpu" else None
+    fit = hc @ torch.linalg.lstsq(hc, target, driver=driver).solution
+    total = (hkc ** 2).sum(dim=(-2, -1)).unsqueeze(-1)  # [..., 1]
+    resid = ((fit - target) ** 2).sum(dim=(-2, -1))  # [..., P]
+    r2 = torch.where(total > 0, 1.0 - resid / total.clamp_min(1e-300), torch.zeros_like(resid))
+    out = {"r2": r2[..., 0],
+           "fitted_h_sq": ((fit[..., 0, :, :] * peak + hk_mean) ** 2).sum(-1)}
+    if v_null is not None:
+        out["r2_null"] = r2[..., 1]
     return out

@@ -254,11 +254,9 @@ def message(record: JRecord | JTrendRecord, what: str) -> str:
 # ------------------------------------------------------------------ per-layer computation
 # Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
 # a fixtures.model_run.LayerContext. Moved from fixtures/session.py (ModelRun._compute_claim_j).
-def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                     convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The KPCA output fit of method §3.6 for a batch [b, h, n, d] of (already cast and
-    standardised) queries, keys and values: V̂ of the keys, the attention probabilities, the fit
-    of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V."""
+def _output_fit_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                    convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The output fit of one head: q, k, v [n, d], perm [n]; see :func:`output_fit_terms`."""
     from checks.gram import KeyGram
     from checks.nulls import shuffled_token_null
     from checks.output_fit import kpca_output_fit
@@ -267,6 +265,33 @@ def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     v_hat = KeyGram(k, scale=scale, dtype=k.dtype, top=min(d, k.shape[-2])).kpca_values(convention)
     probs = torch.softmax(scale * q @ k.transpose(-1, -2), dim=-1)
     return kpca_output_fit(probs, v, v_hat, shuffled_token_null(v, perm))
+
+
+def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                     convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The KPCA output fit of method §3.6 for a batch [b, h, n, d] of (already cast and
+    standardised) queries, keys and values: V̂ of the keys, the attention probabilities, the fit
+    of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V.
+
+    Each (sample, head) is fitted on its own, from fresh contiguous copies of its q, k, v and
+    ``perm``, so that its numbers are the same bits whichever other heads share its batch (how
+    ``--max-memory`` chunks the heads, method §6.1). A batched fit would not be: MKL's BLAS and
+    LAPACK round differently for a matrix that does not start on a 16-byte boundary, and in a
+    batch of N×N matrices with odd N every second one does not (measured on all-MiniLM-L6-v2,
+    N = 79: V̂ from the batched eigh and softmax·V̂ of the odd heads differed in the last bits,
+    ‖h*‖² by up to 4e-14 relative, between 12 heads in one batch and one head alone).
+    """
+    lead = q.shape[:-2]
+    n_items = math.prod(lead)
+    if n_items == 0 or q.ndim == 2:
+        return _output_fit_one(q, k, v, scale, convention, perm)
+    flat = [x.reshape(n_items, *x.shape[-2:]) for x in (q, k, v)] + [perm.reshape(n_items, -1)]
+    fresh = torch.contiguous_format
+    items = [_output_fit_one(*(x[i].clone(memory_format=fresh) for x in flat[:3]), scale,
+                             convention, flat[3][i].clone(memory_format=fresh))
+             for i in range(n_items)]
+    return {name: torch.stack([item[name] for item in items]).reshape(*lead, *items[0][name].shape)
+            for name in items[0]}
 
 
 #: The per-token tensors of the layer terms [B, H, N_max] (method §3.7).

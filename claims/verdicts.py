@@ -141,6 +141,20 @@ def chance_margins(claim: str, path: str | None = None) -> dict[str, float]:
     return {m: float(r["value"]) for m, r in table.items()}
 
 
+def missing_reason(missing: list[str], why: dict[str, str]) -> str:
+    """Why a verdict is undetermined (method §6.2): each distinct reason once, after the metrics
+    without a value it applies to, in the order of ``missing``.
+
+    >>> missing_reason(["a", "b", "c"], {"a": "no fit", "b": "no fit"})
+    'a, b have no value: no fit; c has no value: undefined'
+    """
+    groups: dict[str, list[str]] = {}
+    for m in missing:
+        groups.setdefault(why.get(m, "undefined"), []).append(m)
+    return "; ".join(f"{', '.join(ms)} {'has' if len(ms) == 1 else 'have'} no value: {reason}"
+                     for reason, ms in groups.items())
+
+
 def judge(claim: str, metrics: dict[str, float | None], path: str | None = None,
           undefined: dict[str, str] | None = None) -> Verdict:
     """Supported when every `supported` rule holds; refuted when every `refuted` rule holds (or
@@ -165,8 +179,7 @@ def judge(claim: str, metrics: dict[str, float | None], path: str | None = None,
         verdict = INCONCLUSIVE
     missing = sorted({r.metric for r in sup + ref if metrics[r.metric] is None})
     if verdict == INCONCLUSIVE and missing:
-        reason = "; ".join(f"{m} has no value: {why.get(m, 'undefined')}" for m in missing)
-        return Verdict(claim, UNDETERMINED, metrics, sup, ref, reason=reason)
+        return Verdict(claim, UNDETERMINED, metrics, sup, ref, reason=missing_reason(missing, why))
     return Verdict(claim, verdict, metrics, sup, ref)
 
 
@@ -180,9 +193,8 @@ def format_evidence(v: Verdict, nulls: dict[str, float] | None = None,
     ci = ci or {}
     vs_null = vs_null or {}
     lines = []
-    if both:
-        lines.append("  verdicts: " + ", ".join(f"{k} rules {w}" for k, w in both.items())
-                     + (f" ({v.reason})" if v.reason else ""))
+    if both:  # the reason, if any, once: on the last line
+        lines.append("  verdicts: " + ", ".join(f"{k} rules {w}" for k, w in both.items()))
     by_metric: dict[str, list[str]] = {}
     for kind, rs in (("supported", v.supported_rules), ("refuted", v.refuted_rules)):
         for r in rs:
@@ -375,8 +387,7 @@ def judge_ours(claim: str, metrics: dict[str, float | None], ci: dict,
         verdict = REFUTED if refuted else INCONCLUSIVE
     missing = sorted({r.metric for r in sup + ref if metrics[r.metric] is None})
     if verdict == INCONCLUSIVE and missing:
-        reasons = [f"{m} has no value: {why.get(m, 'undefined')}" for m in missing]
-        return Verdict(claim, UNDETERMINED, metrics, sup, ref, reason="; ".join(reasons))
+        return Verdict(claim, UNDETERMINED, metrics, sup, ref, reason=missing_reason(missing, why))
     return Verdict(claim, verdict, dict(metrics), sup, ref, reason="; ".join(reasons))
 
 

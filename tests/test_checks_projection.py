@@ -304,3 +304,41 @@ def test_term_attribution_known_answers():
     assert torch.equal(out["share_h"], torch.zeros(2, dtype=F64))
     with pytest.raises(ValueError, match="same shape"):
         term_attribution(torch.ones(3, dtype=F64), torch.ones(4, dtype=F64))
+
+
+# --- The output fit (method §3.6): a head's numbers do not depend on its batch ----------------
+
+@pytest.mark.parametrize("n", [65, 79, 80])
+def test_output_fit_of_one_head_alone_equals_the_same_head_inside_a_batch(n):
+    """claims.claim_j.output_fit_terms gives a head the same bits alone ([1, 1, n, d], as a
+    --max-memory split gives it) as inside a batch of 2 samples × 5 heads. Odd n is the case that
+    failed with a batched fit: every second n×n matrix of the batch does not start on a 16-byte
+    boundary, and MKL's eigh and products round it differently (~1e-16 in V̂). The values also
+    agree with the batched route of checks.output_fit.kpca_output_fit, computed here directly."""
+    from checks.nulls import shuffled_token_null, token_permutations
+    from checks.output_fit import kpca_output_fit
+    from claims.claim_j import output_fit_terms
+
+    b, h, d = 2, 5, 32
+    q, k, v = (randn(b, h, n, d, seed=n + i) for i in range(3))
+    s = d ** -0.5
+    perm = token_permutations(n, n, (b, h))
+    whole = output_fit_terms(q, k, v, s, "p2", perm)
+    assert {name: tuple(x.shape) for name, x in whole.items()} == {
+        "r2": (b, h), "r2_null": (b, h), "fitted_h_sq": (b, h, n)}
+    for i in range(b):
+        for j in range(h):
+            one = output_fit_terms(q[i:i + 1, j:j + 1], k[i:i + 1, j:j + 1], v[i:i + 1, j:j + 1],
+                                   s, "p2", perm[i:i + 1, j:j + 1])
+            for name, value in whole.items():
+                assert torch.equal(value[i, j], one[name][0, 0]), (name, i, j)
+    # the heads in reverse order inside the batch: every head still gives the same bits
+    flipped = output_fit_terms(q.flip(1), k.flip(1), v.flip(1), s, "p2", perm.flip(1))
+    assert all(torch.equal(flipped[name].flip(1), whole[name]) for name in whole)
+    # an independent route: the whole batch in one batched call of the fit
+    v_hat = KeyGram(k, scale=s, top=d).kpca_values("p2")
+    probs = torch.softmax(s * q @ k.transpose(-1, -2), dim=-1)
+    batched = kpca_output_fit(probs, v, v_hat, shuffled_token_null(v, perm))
+    for name, value in whole.items():
+        torch.testing.assert_close(value, batched[name], rtol=1e-9, atol=1e-12, msg=name)
+    assert float(whole["r2"].min()) > 0.0 and float(whole["r2"].max()) < 1.0  # a real fit

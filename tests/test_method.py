@@ -153,6 +153,27 @@ def test_zero_head_outputs_make_claim_j_undetermined_with_the_reason():
     assert "undefined" in claim_j.message(record, "m L00")
 
 
+def test_a_claim_j_fit_that_cannot_discriminate_gives_its_reason_once():
+    """The token-shuffled V̂ explains the output as well as V̂ (null R² >= the support bar): the
+    four `ours` metrics have no value for one reason, which the record's reason and the test's
+    message (the skip text of an undetermined test) state once, naming the four metrics."""
+    terms = _j_ours_terms({"output_r2": 1.0})
+    terms["output_r2_null"] = torch.full_like(terms["output_r2_null"], 0.99999)
+    record = claim_j.layer_record("m", 0, terms, [0], rules="ours")
+    assert record["verdict"] == verdicts.UNDETERMINED
+    why = "the output fit cannot discriminate"
+    assert set(record["undefined"]) >= set(claim_j.OURS_METRICS)
+    assert record["reason"].count(why) == 1, record["reason"]
+    assert record["reason"].startswith(", ".join(sorted(claim_j.OURS_METRICS)) + " have no value: ")
+    message = claim_j.message(record, "m L00")  # the full evidence (terminal, -v)
+    assert message.count(why) == 1 and message.count("have no value") == 1, message
+    line = verdicts.one_line(record)  # what JUnit's skip message carries (fixtures/results.py)
+    assert line.count(why) == 1 and len(line.encode()) < 512, line
+    # reasons that differ stay apart, each after its own metrics
+    assert verdicts.missing_reason(["a", "b", "c"], {"a": "x", "c": "x", "b": "y"}) == \
+        "a, c have no value: x; b has no value: y"
+
+
 # ------------------------------------------------------------------ live thresholds (§9)
 
 def _toml_path_items(data, prefix=()):

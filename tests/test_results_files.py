@@ -46,9 +46,6 @@ def small_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="known defect: a claim-J record whose ours metrics are undefined (the output "
-                   "fit cannot discriminate) repeats the same reason per metric in its skip message, "
-                   "6.6 kB against the 2 kB bound; the message must say it once", strict=False)
 def test_junit_properties_are_scalars_and_test_cases_are_small(small_run):
     root = ET.parse(small_run / "junit.xml").getroot()
     cases = list(root.iter("testcase"))
