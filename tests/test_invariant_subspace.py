@@ -125,3 +125,24 @@ def test_a_span_invariant_only_on_the_dominant_directions_is_not_supported():
     rec = _head(x @ w_k, x @ w_v)
     assert rec["verdicts"]["ours"] != verdicts.SUPPORTED, rec["evidence"]
     assert rec["metrics"]["gamma_direction_position"] >= 0.1, rec["metrics"]
+
+
+def test_a_gram_on_which_the_null_itself_meets_the_bar_is_undetermined():
+    """When the token-shuffled values' span already sits below the support bar, every span of
+    that dimension is nearly invariant on that K̃: the rule cannot tell, and says so."""
+    s = 8
+    t = {"undetermined": torch.zeros(s, 1, dtype=torch.bool)}
+    for name, spread, rho, omega in (("learned", 0.1, 0.05, 0.99), ("eigen", 0.0, 0.0, 1.0),
+                                     ("perturbed", 1.0, 1.0, 0.5), ("null", None, 0.2, 0.9)):
+        if spread is not None:
+            t[f"gamma_{name}"] = torch.full((s, 1), spread, dtype=F64)
+            t[f"gamma_{name}_abs"] = torch.full((s, 1), spread, dtype=F64)
+        t[f"gamma_{name}_subspace"] = rho + 0.01 * torch.arange(s, dtype=F64).unsqueeze(1)
+        t[f"gamma_{name}_directions"] = torch.full((s, 1), omega, dtype=F64)
+    rec = claim_e.head_record("m", 0, 0, t, rules="ours").to_json()
+    assert rec["verdicts"]["ours"] == verdicts.UNDETERMINED
+    assert "cannot discriminate" in rec["undefined"]["gamma_subspace_position"]
+    assert rec["verdicts"]["p2"] == verdicts.SUPPORTED  # P2's per-column rule is not affected
+    t["gamma_null_subspace"] = t["gamma_null_subspace"] + 0.5  # the null back past the bar
+    assert claim_e.head_record("m", 0, 0, t, rules="ours")["verdicts"]["ours"] == \
+        verdicts.SUPPORTED
