@@ -22,7 +22,8 @@ import torch
 from ._validation import check_ndim, check_same_batch
 from .errors import check_finite
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs
-from .invariant_subspace import invariant_subspace_residual
+from .invariant_subspace import invariance_overlap, invariant_subspace_residual
+from .nulls import shuffled_token_null
 
 
 def recover_axes(v: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
@@ -262,7 +263,8 @@ def spread_summary(spreads: dict) -> dict:
 
 def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
                          standardize: bool = False, seed: int | Sequence[int] = 0,
-                         gram: KeyGram | None = None) -> dict:
+                         gram: KeyGram | None = None,
+                         null_perm: torch.Tensor | None = None) -> dict:
     """γ-constancy spreads of the learned values beside the two controls of method §4, per head.
 
     For keys ``k`` and learned values ``v`` of each head: build K̃ and log g in log space
@@ -289,12 +291,19 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
         The :class:`checks.gram.KeyGram` of these keys (same ``scale`` and ``standardize``, built
         with eigenvectors and ``top`` ≥ min(d_v, N − 1)), when the caller has one already (claim
         E builds it for its log-space route): saves a second Gram matrix and eigendecomposition.
+    null_perm : LongTensor [..., N], optional
+        One token permutation per head item (:func:`checks.nulls.token_permutations`): adds the
+        chance level of the subspace measures, the axes recovered from the token-shuffled values
+        ΠV on the same K̃ and g (method §4.2), as ``"null_subspace"`` and ``"null_directions"``.
 
     Returns
     -------
     dict with Tensors (float64): ``"learned"`` [..., d_v], ``"eigen"``, ``"perturbed"`` [..., m]
     (relative spreads); ``"learned_abs"``, ``"eigen_abs"``, ``"perturbed_abs"`` (absolute spreads,
-    same shapes); ``"summary"`` (:func:`spread_summary`); ``"undetermined"`` bool [...]
+    same shapes); ``"<name>_subspace"`` (ρ, :func:`checks.invariant_subspace.invariant_subspace_residual`)
+    and ``"<name>_directions"`` (ω, :func:`checks.invariant_subspace.invariance_overlap`) [...] for
+    each candidate (and ``"null"`` with ``null_perm``); ``"summary"`` (:func:`spread_summary`);
+    ``"undetermined"`` bool [...]
     (``KeyGram.undetermined``: μ_d is round-off and the eigen control is not meaningful).
 
     Raises
@@ -341,8 +350,13 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
                pairwise_spread(gamma, valid, relative=False).split(widths, dim=-1))
     for name, rel, absolute in zip(candidates, *spreads):
         out[name], out[f"{name}_abs"] = rel, absolute
-        # the basis-free form of γ constancy: is span(Â) K̃-invariant? (method §4.2)
-        out[f"{name}_subspace"] = invariant_subspace_residual(kg.centred, candidates[name])
+    # the basis-free form of γ constancy: is span(Â) K̃-invariant? (method §4.2), with its chance
+    # level: the axes of the token-shuffled values ΠV, recovered with the same g on the same K̃
+    if null_perm is not None:
+        candidates["null"] = recover_axes(shuffled_token_null(v, null_perm), log_g)
+    for name, axes in candidates.items():
+        out[f"{name}_subspace"] = invariant_subspace_residual(kg.centred, axes)
+        out[f"{name}_directions"] = invariance_overlap(kg.centred, axes)
     if bool((degenerate & ~kg.undetermined).any()):
         where = tuple(int(i) for i in torch.nonzero(degenerate & ~kg.undetermined)[0])
         raise ValueError(f"γ column of a determined head at index {where} has fewer than two "

@@ -38,3 +38,42 @@ def invariant_subspace_residual(centred_gram: torch.Tensor, axes: torch.Tensor) 
     total = torch.linalg.matrix_norm(kq)
     return torch.where(total > 0, torch.linalg.matrix_norm(resid) / total.clamp_min(1e-300),
                        torch.zeros_like(total))
+
+
+def invariance_overlap(centred_gram: torch.Tensor, axes: torch.Tensor,
+                       rtol: float | None = None) -> torch.Tensor:
+    """ω(Â): how invariant span(Â) is under K̃ direction by direction, shape [...] (method §4.2).
+
+    ω = ‖Qᵀ U‖²_F / r, with Q an orthonormal basis of span(Â) and U an orthonormal basis of
+    K̃·span(Â) (its r directions whose singular values exceed ``rtol`` times the largest): the
+    mean squared cosine of the principal angles between the span and its image. It is 1 exactly
+    when K̃ maps the span into itself, whatever M, signs, order or scale, like ρ of
+    :func:`invariant_subspace_residual`; unlike ρ, every direction of the image counts once,
+    whatever its eigenvalue. When a few eigenvalues of K̃ carry nearly all of ‖K̃‖_F, ρ is decided
+    by those few directions (a span holding them and random directions besides has a small ρ),
+    while ω counts the random ones.
+
+    ``rtol`` defaults to N·ε of the dtype (float64): image directions below round-off of the
+    largest are left out (a direction K̃ maps to about 0 is trivially invariant).
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(8, 8, generator=g, dtype=torch.float64); k = x @ x.T
+    >>> a = torch.linalg.eigh(k).eigenvectors[:, -3:]
+    >>> m = torch.tensor([[2.0, 1, 0], [0, -1, 0], [1, 0, 300]], dtype=torch.float64)
+    >>> abs(float(invariance_overlap(k, a @ m)) - 1.0) < 1e-12
+    True
+    >>> float(invariance_overlap(k, torch.randn(8, 3, generator=g, dtype=torch.float64))) < 0.9
+    True
+    """
+    a = axes.to(torch.float64)
+    peak = a.abs().amax(dim=(-2, -1), keepdim=True)
+    a = a / torch.where(peak > 0, peak, torch.ones_like(peak))
+    q, _ = torch.linalg.qr(a)
+    image = centred_gram.to(torch.float64) @ q
+    u, s, _ = torch.linalg.svd(image, full_matrices=False)
+    tol = (a.shape[-2] * torch.finfo(torch.float64).eps) if rtol is None else rtol
+    keep = (s > tol * s[..., :1]).to(torch.float64)                      # [..., m]
+    cos2 = ((q.transpose(-1, -2) @ u) ** 2).sum(dim=-2)                  # per image direction
+    count = keep.sum(dim=-1)
+    return torch.where(count > 0, (cos2 * keep).sum(dim=-1) / count.clamp_min(1),
+                       torch.ones_like(count))

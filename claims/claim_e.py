@@ -171,19 +171,46 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     closer = (torch.abs(t["gamma_learned"][:, head] - t["gamma_eigen"][:, head])
               < torch.abs(t["gamma_learned"][:, head] - t["gamma_perturbed"][:, head]))
     metrics = {**means, "gamma_position": position,
-               "gamma_subspace_position": None if subspace is None else subspace["position"]}
+               "gamma_subspace_position": None if subspace is None else subspace["position"],
+               "gamma_direction_position": None if subspace is None else
+               subspace["directions"]["position"]}
     if subspace is None:
-        undefined["gamma_subspace_position"] = "no invariant-subspace residuals in these tensors"
+        for name in ("gamma_subspace_position", "gamma_direction_position"):
+            undefined[name] = "no invariant-subspace residuals in these tensors"
     keeps = t["undetermined"]  # every head's kept samples, as above, for the layer's one pass
     share = keeps.to(torch.float64).mean(0)
     keeps = torch.where(share > max_share, torch.ones_like(keeps), ~keeps)
     seed = seed_from(f"E-{model}-L{layer:02d}")
     ci = _finite_intervals(gamma_ci(t, keeps, seed)[head], metrics)
+    null, vs_null, at_chance = None, None, None
     if subspace is not None:
-        sub_t = {f"gamma_{name}": t[f"gamma_{name}_subspace"] for name in ("learned", "eigen",
-                                                                            "perturbed")}
-        sub_ci = gamma_ci(sub_t, keeps, seed)[head]["gamma_position"]
-        ci.update(_finite_intervals({"gamma_subspace_position": sub_ci}, metrics))
+        for metric, suffix, flip in (("gamma_subspace_position", "subspace", False),
+                                     ("gamma_direction_position", "directions", True)):
+            if f"gamma_learned_{suffix}" not in t:
+                continue
+            sub_t = {f"gamma_{name}": (1.0 - t[f"gamma_{name}_{suffix}"].to(torch.float64))
+                     if flip else t[f"gamma_{name}_{suffix}"]
+                     for name in ("learned", "eigen", "perturbed")}
+            sub_ci = gamma_ci(sub_t, keeps, seed)[head]["gamma_position"]
+            ci.update(_finite_intervals({metric: sub_ci}, metrics))
+        if subspace["null_positions"] is not None:
+            null = subspace["null_positions"]
+            vs_null = chance_tests(t, keeps, seed_from(f"E-{model}-L{layer:02d}-chance"))[head]
+            at_chance = {"gamma_subspace_residual": vs_null["at_chance"]}
+            bar = next((r.value for r in verdicts.ours_rules(GAMMA, "supported")
+                        if r.metric == "gamma_subspace_position"), None)
+            null_position = null.get("gamma_subspace_position")
+            if bar is not None and null_position is not None and null_position < bar:
+                # the token-shuffled values already meet the support bar: every span is nearly
+                # invariant on this K̃, so the rule cannot tell (method §4.2)
+                why = (f"the invariant-subspace test cannot discriminate: the token-shuffled "
+                       f"values' axes already sit at position {null_position:.3g} (< the support "
+                       f"bar {bar:g})")
+                for name in ("gamma_subspace_position", "gamma_direction_position"):
+                    metrics[name] = None
+                    undefined[name] = why
+                ci = {k: b for k, b in ci.items() if k not in undefined}
+                at_chance = None
     n_eff, degenerate = None, False
     if "effective_rows" in t:
         n_eff, degenerate = claim_v.degeneracy(t["effective_rows"][:, head], keep)
@@ -192,7 +219,14 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
                          closer_to_eigen_share=float(closer[keep].to(torch.float64).mean()),
                          n_samples=n, n_undetermined=n_undet, ci=ci, rules=rules,
                          effective_rows=n_eff, subspace=None if subspace is None else
-                         {k: subspace[k] for k in ("learned", "eigen", "perturbed")})
+                         {k: subspace[k] for k in ("learned", "eigen", "perturbed", "null")
+                          if k in subspace})
+    if subspace is not None:
+        record.extra["directions"] = {k: v for k, v in subspace["directions"].items()
+                                      if k != "position"}
+    if null is not None:
+        record.extra["null"] = null
+        record.extra["vs_null"] = {"gamma_subspace_residual": vs_null}
     if degenerate:  # method §2.2: the axes are about one token's; counted apart, never judged
         record.verdict = verdicts.UNDETERMINED
         record.verdicts = {r: verdicts.UNDETERMINED for r in verdicts.RULE_SETS}
@@ -207,34 +241,96 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
         record.reason = (f"{n_undet} of {n} samples have an undetermined eigen control "
                          "(mu_d is round-off, method §2)")
         return record
-    v, both = verdicts.judge_both(GAMMA, {"gamma_position": position,
-                                          "gamma_subspace_position": metrics["gamma_subspace_position"]},
-                                  ci, rules_name=rules, undefined=undefined)
+    v, both = verdicts.judge_both(
+        GAMMA, {"gamma_position": position,
+                "gamma_subspace_position": metrics["gamma_subspace_position"],
+                "gamma_direction_position": metrics["gamma_direction_position"]},
+        ci, rules_name=rules, undefined=undefined, at_chance=at_chance)
     record.verdict, record.verdicts = v.verdict, both
     record.evidence = verdicts.format_evidence(v, ci=ci, both=both)
+    record.reason = v.reason or None  # e.g. "at chance: ..." (method §4.2)
     if undefined:
-        record.undefined, record.reason = undefined, v.reason
+        record.undefined = undefined
     return record
 
 
 def subspace_summary(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor) -> dict | None:
     """Means over the kept samples of the invariant-subspace residuals ρ of the learned axes and
-    the two controls, and the learned axes' position between them (method §4.2); None when the
-    tensors carry no residuals. ``"undefined"`` holds the reason when the controls coincide."""
+    the two controls, and the learned axes' position between them (method §4.2); the same for
+    the direction-wise overlap ω under ``"directions"`` (its position on 1 − ω); and, when the
+    tensors carry the token-shuffled null, ρ of the null (``"null"``) and both positions the null
+    itself takes (``"null_positions"`` → ``{"gamma_subspace_position",
+    "gamma_direction_position"}``).
+    None when the tensors carry no residuals. ``"undefined"`` holds the reasons when the controls
+    coincide."""
     if "gamma_learned_subspace" not in t:
         return None
-    means = {name: float(masked_mean(t[f"gamma_{name}_subspace"][:, head].to(torch.float64),
-                                     keep)[0]) for name in ("learned", "eigen", "perturbed")}
+    names = ("learned", "eigen", "perturbed") + (("null",) if "gamma_null_subspace" in t else ())
+
+    def mean(key: str) -> float:
+        return float(masked_mean(t[key][:, head].to(torch.float64), keep)[0])
+
+    means = {name: mean(f"gamma_{name}_subspace") for name in names}
+    has_directions = "gamma_learned_directions" in t
+    directions = ({name: mean(f"gamma_{name}_directions") for name in names} if has_directions
+                  else {})
     undefined: dict[str, str] = {}
 
-    def contrast() -> float:
-        if not means["perturbed"] > means["eigen"]:
-            raise UndefinedValueError("the perturbed control's subspace residual does not exceed "
-                                      "the true eigenvectors': no contrast to judge by")
-        return position_between(means["learned"], means["eigen"], means["perturbed"])
+    def between(metric: str, values: dict, what: str, who: str = "learned") -> float | None:
+        def contrast() -> float:
+            if not values["perturbed"] > values["eigen"]:
+                raise UndefinedValueError(f"the perturbed control's {what} does not exceed the "
+                                          "true eigenvectors': no contrast to judge by")
+            return position_between(values[who], values["eigen"], values["perturbed"])
+        return defined(metric, contrast, undefined if who == "learned" else {})
 
-    return {**means, "position": defined("gamma_subspace_position", contrast, undefined),
-            "undefined": undefined}
+    loss = {name: 1.0 - x for name, x in directions.items()}  # 1 − ω: 0 when invariant
+    out = {**means, "position": between("gamma_subspace_position", means, "subspace residual"),
+           "directions": dict(directions), "null_positions": None, "undefined": undefined}
+    if has_directions:
+        out["directions"]["position"] = between("gamma_direction_position", loss,
+                                                "direction-wise non-invariance 1 - omega")
+    else:
+        out["directions"]["position"] = None
+        undefined["gamma_direction_position"] = "no direction-wise overlaps in these tensors"
+    if "null" in means:
+        out["null_positions"] = {
+            "gamma_subspace_position": between("gamma_subspace_position", means,
+                                               "subspace residual", "null"),
+            "gamma_direction_position": (between("gamma_direction_position", loss,
+                                                 "direction-wise non-invariance", "null")
+                                         if has_directions else None),
+        }
+    return out
+
+
+def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[dict]:
+    """γ's tests against chance for every head of a layer (method §4.2, §7.2), on the per-sample
+    difference of invariant-subspace residuals ρ(null) − ρ(learned) over the kept samples
+    (``keep`` [S, H]): *above chance* (one-sided sign-flip test: the learned span is more nearly
+    invariant than the token-shuffled values' span) and *at chance* (TOST with margin
+    ``[claim_e_gamma.ours.chance_margin.gamma_subspace_residual]``), both BH-adjusted across the
+    layer's heads (``[rule_sets.ours].correction``)."""
+    from checks.nulls import tost_pvalues
+    from checks.stats import adjust_pvalues, sign_flip_pvalues
+
+    settings = verdicts.rule_set_settings()
+    diff = (t["gamma_null_subspace"] - t["gamma_learned_subspace"]).to(torch.float64)  # [S, H]
+    resamples = int(settings["permutation_resamples"])
+    margin = float(verdicts.chance_margins(GAMMA)["gamma_subspace_residual"])
+    alpha, correction = float(settings["alpha"]), str(settings["correction"])
+    p = sign_flip_pvalues(diff, keep, seed, resamples)
+    tost = tost_pvalues(diff, keep, margin, seed + 1, resamples)
+    p_adj, tost_adj = adjust_pvalues(p, correction), adjust_pvalues(tost, correction)
+    n = keep.sum(0)
+    # with n samples no sign-flip p-value can fall below 2^-n (method §7.2)
+    can_reject = (0.5 ** n.to(torch.float64)) < alpha
+    return [{"p": float(p[h]),
+             "p_adjusted": float(p_adj[h]), "above_chance": bool(p_adj[h] < alpha),
+             "tost_p": float(tost[h]), "tost_p_adjusted": float(tost_adj[h]),
+             "at_chance": bool(tost_adj[h] < alpha), "margin": margin,
+             "can_reject": bool(can_reject[h]), "n_samples": int(n[h])}
+            for h in range(diff.shape[1])]
 
 
 _GAMMA_CACHE: dict[tuple, tuple[dict, list[dict]]] = {}
@@ -309,6 +405,16 @@ def gamma_seeds(model: str, layer: int, samples: list[int], heads: slice) -> lis
             for h in range(heads.start or 0, heads.stop)]
 
 
+def gamma_null_permutations(model: str, layer: int, samples: list[int], heads: slice,
+                            n: int) -> torch.Tensor:
+    """The token permutations [b, h, n] of γ's chance level (method §4.2): one per (sample,
+    head), each from its own seed, so the null does not depend on how the run was batched."""
+    return torch.stack([
+        torch.stack([torch.randperm(n, generator=torch.Generator().manual_seed(
+            seed_from(f"{model}-L{layer:02d}-E-null-s{b}-h{h}")))
+            for h in range(heads.start or 0, heads.stop)]) for b in samples])
+
+
 def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
     finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
@@ -339,7 +445,9 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
             gamma = gamma_constancy.gamma_spread_batched(
                 k, v, scale=info["scale"], standardize=ctx.options.standardize,
                 seed=gamma_seeds(ctx.model, ctx.layer, chunk, heads),
-                gram=std if ctx.options.standardize else raw)
+                gram=std if ctx.options.standardize else raw,
+                null_perm=gamma_null_permutations(ctx.model, ctx.layer, chunk, heads,
+                                                  k.shape[-2]).to(k.device))
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         values = {"mu_log_raw": top_d(raw.eigenvalues),
@@ -352,7 +460,9 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
         for name in ("learned", "eigen", "perturbed"):
             values[f"gamma_{name}"] = gamma[name].mean(-1)
             values[f"gamma_{name}_abs"] = gamma[f"{name}_abs"].mean(-1)
-            values[f"gamma_{name}_subspace"] = gamma[f"{name}_subspace"]  # method §4.2
+        for name in ("learned", "eigen", "perturbed", "null"):  # method §4.2
+            values[f"gamma_{name}_subspace"] = gamma[f"{name}_subspace"]
+            values[f"gamma_{name}_directions"] = gamma[f"{name}_directions"]
         values["effective_rows"] = effective_rows(  # method §2.2: degenerate heads
             (std if ctx.options.standardize else raw).log_g)
         ctx.fill(out, chunk, heads, values)

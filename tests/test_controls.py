@@ -173,7 +173,9 @@ def test_every_ladder_member_is_registered_in_the_controls_group_with_expectatio
         assert controls.control_of(key).role == "negative"
         # not true nulls (values and keys share X's dominant subspace, method §12.5)
         assert controls.control_of(key).expectation("V", "head").verdicts == controls.NOT_SUPPORTED
-        assert controls.control_of(key).expectation("E", "head").verdicts == ()
+        # γ: the span holds X's dominant directions (small ρ) but is not invariant direction by
+        # direction (ω), method §4.2, §12.5
+        assert controls.control_of(key).expectation("E", "head").verdicts == controls.NOT_SUPPORTED
     assert controls.control_of("all-MiniLM-L6-v2") is None
 
 
@@ -186,6 +188,10 @@ def test_positive_controls_expect_support_and_negatives_refutation():
             for unit in (("V", "head"), ("V", "model"), ("E", "head")):
                 assert control.expectation(*unit).verdicts == ("refuted",)
             assert "supported" not in control.expectation("J", "layer").verdicts
+    # the true null: claim J's output fit is at chance, shown by the equivalence test (§3.6)
+    null = controls.control_of(controls.ladder_key("null"))
+    assert null.expectation("J", "layer").verdicts == null.expectation("J", "model").verdicts \
+        == ("refuted",)
     assert {"vhat", "rotated", "mixed-cond1000", "scaled-1000", "signs", "permuted"} <= {
         n for n, (role, _, _) in controls.LADDER.items() if role == "positive"}
     assert {n for n, (role, _, _) in controls.LADDER.items() if role == "negative"} == {

@@ -484,8 +484,11 @@ def _j_ours_record(m: dict) -> dict:
 def _gamma_ours_record(m: dict) -> dict:
     t = _gamma_tensors(0.9)
     for name, value in (("learned", m.get("gamma_subspace_position", 0.5)), ("eigen", 0.0),
-                        ("perturbed", 1.0)):
+                        ("perturbed", 1.0), ("null", 1.0)):
         t[f"gamma_{name}_subspace"] = torch.full((4, 1), value, dtype=F64)
+    for name, value in (("learned", m.get("gamma_direction_position", 0.5)), ("eigen", 0.0),
+                        ("perturbed", 1.0), ("null", 1.0)):  # 1 − ω placed between 0 and 1
+        t[f"gamma_{name}_directions"] = torch.full((4, 1), 1.0 - value, dtype=F64)
     return claim_e.head_record("m", 0, 0, t, rules="ours")
 
 
@@ -529,6 +532,13 @@ def _chance_margin_probe(path, tmp_path, monkeypatch):
         def at_chance():
             claim_v._CHANCE_CACHE.clear()
             return claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"][metric]["at_chance"]
+    elif claim == "claim_e_gamma":
+        t = {"gamma_learned_subspace": 0.5 + 0.01 * torch.randn(20, 1, generator=gen, dtype=F64),
+             "gamma_null_subspace": torch.full((20, 1), 0.5, dtype=F64)}
+        keep = torch.ones(20, 1, dtype=torch.bool)
+
+        def at_chance():
+            return claim_e.chance_tests(t, keep, 0)[0]["at_chance"]
     else:
         terms = _j_ours_terms({"output_r2": 0.0}, samples=20, spread=0.01)
 

@@ -1,0 +1,148 @@
+"""γ constancy for a subspace (method §4.2): the residual ρ, the direction-wise overlap ω and the
+token-shuffled chance level, on cases with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from checks.gamma import gamma_spread_batched, recover_axes
+from checks.gram import KeyGram
+from checks.invariant_subspace import invariance_overlap, invariant_subspace_residual
+from checks.nulls import shuffled_token_null, token_permutations
+from claims import claim_e, verdicts
+
+F64 = torch.float64
+
+
+def _orthonormal(n: int, gen: torch.Generator) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=F64))
+    return q
+
+
+def test_a_hand_computed_case():
+    """K = diag(2, 1), span{(1, 1)}: K·a = (2, 1), so cos² of the angle is 9/10 = ω and
+    ρ² = 1 − ω (one dimension: ρ is the sine of that angle)."""
+    k = torch.diag(torch.tensor([2.0, 1.0], dtype=F64))
+    a = torch.tensor([[1.0], [1.0]], dtype=F64)
+    assert math.isclose(float(invariance_overlap(k, a)), 0.9, rel_tol=1e-12)
+    assert math.isclose(float(invariant_subspace_residual(k, a)), math.sqrt(0.1), rel_tol=1e-12)
+
+
+def test_an_exactly_invariant_span_of_a_full_rank_gram_is_far_from_its_null():
+    """Any basis of d eigenvectors of a full-rank K (mixed, scaled, signs flipped): ρ = 0 and
+    ω = 1; a random span of the same dimension on the same K is far from both."""
+    gen = torch.Generator().manual_seed(0)
+    n, d = 40, 6
+    u = _orthonormal(n, gen)
+    k = u @ torch.diag(10.0 ** torch.linspace(2.0, -2.0, n, dtype=F64)) @ u.T
+    m = torch.randn(d, d, generator=gen, dtype=F64) * torch.tensor([1.0, -3.0, 1e3, 1, 1, 1],
+                                                                   dtype=F64)
+    span = u[:, [0, 3, 7, 11, 20, 39]] @ m
+    assert float(invariant_subspace_residual(k, span)) < 1e-12
+    assert abs(float(invariance_overlap(k, span)) - 1.0) < 1e-12
+    random = torch.randn(n, d, generator=gen, dtype=F64)
+    assert float(invariant_subspace_residual(k, random)) > 0.3
+    assert float(invariance_overlap(k, random)) < 0.8
+
+
+def test_a_span_holding_the_dominant_pair_of_a_rank_2_dominated_gram():
+    """K = 10⁴·(u₁u₁ᵀ + u₂u₂ᵀ) plus a spread-out rest: a span holding u₁, u₂ and random
+    directions besides is nearly invariant by ρ (the pair carries ‖K‖_F) but not direction by
+    direction: ω counts the random directions."""
+    gen = torch.Generator().manual_seed(1)
+    n, d = 60, 16
+    u = _orthonormal(n, gen)
+    mu = torch.cat([torch.tensor([1e4, 1e4], dtype=F64), torch.linspace(5.0, 0.1, n - 2,
+                                                                          dtype=F64)])
+    k = u @ torch.diag(mu) @ u.T
+    span = torch.cat([u[:, :2], torch.randn(n, d - 2, generator=gen, dtype=F64)], dim=1)
+    rho, omega = float(invariant_subspace_residual(k, span)), float(invariance_overlap(k, span))
+    eigen = u[:, :d]
+    perturbed, _ = torch.linalg.qr(eigen + 0.1 * torch.randn(n, d, generator=gen, dtype=F64))
+    rho_p, omega_p = (float(invariant_subspace_residual(k, perturbed)),
+                      float(invariance_overlap(k, perturbed)))
+    assert rho < 0.01 and rho / rho_p < 0.35       # ρ's position: "supported"
+    assert (1 - omega) / (1 - omega_p) > 1.0        # ω's position: far past its bar of 0.1
+
+
+def _head(k: torch.Tensor, v: torch.Tensor, seed: int = 0) -> dict:
+    """The γ record of one head from keys k and values v [S, N, d]."""
+    kk, vv = k.unsqueeze(1), v.unsqueeze(1)
+    g = gamma_spread_batched(kk, vv, seed=seed,
+                             null_perm=token_permutations(k.shape[-2], seed + 1, kk.shape[:-2]))
+    t = {"undetermined": g["undetermined"]}
+    for name in ("learned", "eigen", "perturbed"):
+        t[f"gamma_{name}"] = g[name].mean(-1)
+        t[f"gamma_{name}_abs"] = g[f"{name}_abs"].mean(-1)
+    for name in ("learned", "eigen", "perturbed", "null"):
+        t[f"gamma_{name}_subspace"] = g[f"{name}_subspace"]
+        t[f"gamma_{name}_directions"] = g[f"{name}_directions"]
+    return claim_e.head_record("synthetic", 0, 0, t, rules="ours").to_json()
+
+
+def test_the_null_axes_are_the_shuffled_values_recovered_with_the_same_weights():
+    gen = torch.Generator().manual_seed(2)
+    k = torch.randn(3, 20, 4, generator=gen, dtype=F64)
+    v = torch.randn(3, 20, 4, generator=gen, dtype=F64)
+    perm = token_permutations(20, 0, (3,))
+    kg = KeyGram(k)
+    g = gamma_spread_batched(k, v, null_perm=perm)
+    log_g = kg.log_g - kg.log_g.amax(-1, keepdim=True)
+    axes = recover_axes(shuffled_token_null(v, perm), log_g)
+    assert torch.allclose(g["null_subspace"], invariant_subspace_residual(kg.centred, axes))
+    assert torch.allclose(g["null_directions"], invariance_overlap(kg.centred, axes))
+
+
+def test_v_hat_is_supported_far_above_chance_and_a_true_null_is_refuted_at_chance():
+    gen = torch.Generator().manual_seed(3)
+    k = torch.randn(20, 65, 8, generator=gen, dtype=F64)
+    exact = _head(k, KeyGram(k).kpca_values())
+    assert exact["verdicts"]["ours"] == verdicts.SUPPORTED, exact["evidence"]
+    tests = exact["vs_null"]["gamma_subspace_residual"]
+    assert tests["above_chance"] and not tests["at_chance"]
+    assert exact["null"]["gamma_subspace_position"] > 0.35
+    null = _head(k, torch.randn(20, 65, 8, generator=gen, dtype=F64))
+    assert null["vs_null"]["gamma_subspace_residual"]["at_chance"] is True
+    assert null["verdicts"]["ours"] == verdicts.REFUTED, null["evidence"]
+    assert "at chance" in null["reason"]
+
+
+def test_a_span_invariant_only_on_the_dominant_directions_is_not_supported():
+    """Keys from a few dominant token directions: the centred Gram's top eigenvalues carry
+    nearly all of its mass. Values holding those directions (V = X·W with the keys' X) have a
+    small ρ, far below their token-shuffled null, but ω shows their other directions are not
+    invariant, so the head is not supported."""
+    gen = torch.Generator().manual_seed(4)
+    s, n, big, dim, d = 20, 120, 3, 48, 32
+    x = torch.randn(s, n, dim, generator=gen, dtype=F64)
+    x[..., :big] *= 12.0  # a few directions dominate the tokens
+    basis = torch.randn(s, n, big, generator=gen, dtype=F64)
+    x = x + 12.0 * basis @ torch.randn(big, dim, generator=gen, dtype=F64)
+    w_k = torch.randn(dim, 8, generator=gen, dtype=F64) / dim ** 0.5
+    w_v = torch.randn(dim, d, generator=gen, dtype=F64) / dim ** 0.5
+    rec = _head(x @ w_k, x @ w_v)
+    assert rec["verdicts"]["ours"] != verdicts.SUPPORTED, rec["evidence"]
+    assert rec["metrics"]["gamma_direction_position"] >= 0.1, rec["metrics"]
+
+
+def test_a_gram_on_which_the_null_itself_meets_the_bar_is_undetermined():
+    """When the token-shuffled values' span already sits below the support bar, every span of
+    that dimension is nearly invariant on that K̃: the rule cannot tell, and says so."""
+    s = 8
+    t = {"undetermined": torch.zeros(s, 1, dtype=torch.bool)}
+    for name, spread, rho, omega in (("learned", 0.1, 0.05, 0.99), ("eigen", 0.0, 0.0, 1.0),
+                                     ("perturbed", 1.0, 1.0, 0.5), ("null", None, 0.2, 0.9)):
+        if spread is not None:
+            t[f"gamma_{name}"] = torch.full((s, 1), spread, dtype=F64)
+            t[f"gamma_{name}_abs"] = torch.full((s, 1), spread, dtype=F64)
+        t[f"gamma_{name}_subspace"] = rho + 0.01 * torch.arange(s, dtype=F64).unsqueeze(1)
+        t[f"gamma_{name}_directions"] = torch.full((s, 1), omega, dtype=F64)
+    rec = claim_e.head_record("m", 0, 0, t, rules="ours").to_json()
+    assert rec["verdicts"]["ours"] == verdicts.UNDETERMINED
+    assert "cannot discriminate" in rec["undefined"]["gamma_subspace_position"]
+    assert rec["verdicts"]["p2"] == verdicts.SUPPORTED  # P2's per-column rule is not affected
+    t["gamma_null_subspace"] = t["gamma_null_subspace"] + 0.5  # the null back past the bar
+    assert claim_e.head_record("m", 0, 0, t, rules="ours")["verdicts"]["ours"] == \
+        verdicts.SUPPORTED
