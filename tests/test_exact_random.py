@@ -130,6 +130,16 @@ def test_random_ops_without_an_exact_form_are_refused_inside_the_context(call, n
     call()  # and work again outside it
 
 
+def test_other_threads_keep_torchs_own_functions_during_a_build():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with xr.exact_init(0), ThreadPoolExecutor(1) as pool:
+        got = pool.submit(lambda: torch.randperm(6, generator=torch.Generator().manual_seed(1))).result()
+        with pytest.raises(RuntimeError, match="torch[.]randperm was called"):
+            torch.randperm(6)  # refused in the building thread only
+    assert torch.equal(got, torch.randperm(6, generator=torch.Generator().manual_seed(1)))
+
+
 def test_one_context_at_a_time_and_a_bad_seed_is_refused():
     with xr.exact_init(0):
         with pytest.raises(RuntimeError, match="already active"):
