@@ -11,6 +11,8 @@ illegal instruction) is skipped with its reason, never failed.
   pass runs in float64; before it did, 87% of MiniLM's elements differed between DEFAULT and AVX2);
 - a pinned training run gives the same checkpoint files, to the bit, under every setting, and the
   hashes recorded here (:data:`PINNED_TINY_HASHES`, made on the reference environment);
+- the models built from a seed (a timm ViT, an HF BERT, kpca-oracle members) have the same
+  weights, to the bit, under every setting as under the native dispatch;
 - a small claim run under DEFAULT and under AVX2 kernels reproduces itself by ``report diff``.
 """
 
@@ -132,6 +134,55 @@ def test_captured_qkv_agree_across_emulated_cpus(captures, name, env):
         assert share <= MAX_FLIP_SHARE, f"{name} {key}: {share:.2e} of the elements differ"
         if differ.any():  # one float32 ulp apart: b's neighbour towards a
             assert torch.equal(torch.nextafter(b[differ], a[differ]), a[differ]), key
+
+
+_RANDOM_INIT = r"""
+import json, sys, torch
+from fixtures import registry
+from fixtures.checkpoints import state_dict_hash
+from fixtures.families import get
+out = {"capability": torch.backends.cpu.get_cpu_capability()}
+for key in sys.argv[1:]:
+    spec = registry.REGISTRY[key]
+    model, _ = get(spec.family).load(spec, None)
+    out[key] = state_dict_hash(model.state_dict())
+print(json.dumps(out))
+"""
+#: One model of each kind built from a seed: a timm ViT, an HF BERT (from_config) and kpca-oracle
+#: members whose own draws (mixing matrices, row noise, null values) come on top of the base weights.
+RANDOM_INIT_MODELS = ("control-vit_tiny_patch16_224", "control-bert-minilm-shape",
+                      "kpca-oracle-mixed-cond100", "kpca-oracle-noise-5pct", "kpca-oracle-null")
+
+
+@pytest.fixture(scope="module")
+def random_init_hashes():
+    """The weight hashes of :data:`RANDOM_INIT_MODELS` per setting ("native": no variable set),
+    each from its own subprocess; computed on first use."""
+    done: dict[str, dict] = {}
+
+    def get(name: str, env: dict) -> dict:
+        if name not in done:
+            run = subprocess.run([sys.executable, "-c", _RANDOM_INIT, *RANDOM_INIT_MODELS],
+                                 cwd=ROOT, env=_child_env(env), capture_output=True, text=True,
+                                 timeout=600)
+            assert run.returncode == 0, run.stderr[-3000:]
+            done[name] = json.loads(run.stdout.strip().splitlines()[-1])
+        return done[name]
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, env", _params())
+def test_random_init_weights_are_the_same_under_every_setting(random_init_hashes, name, env):
+    """Models built from a seed draw from the exact generator (fixtures/families/exact_random.py):
+    the same weights, to the bit, under every emulated setting as under the native dispatch."""
+    native = random_init_hashes("native", {})
+    got = random_init_hashes(name, env)
+    if "ATEN_CPU_CAPABILITY" in env:
+        assert got["capability"] == env["ATEN_CPU_CAPABILITY"].upper()
+    differ = [key for key in RANDOM_INIT_MODELS if got[key] != native[key]]
+    assert not differ, (f"{name} ({got['capability']} kernels) against native "
+                        f"({native['capability']}): other weights for {', '.join(differ)}")
 
 
 def _pinned_tiny() -> TrainConfig:
