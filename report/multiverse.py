@@ -60,6 +60,16 @@ def _with_bounds(spec: dict) -> dict:
     return out
 
 
+def _same_rules(entry: dict) -> dict:
+    """The verdict every specification judged by this run's rule set gives (None when they
+    differ), and that rule set: ``{"rules", "survives_rules", "n_rules"}``."""
+    specs = entry["specifications"]
+    rules = specs[0]["axes"].get("rules")
+    same = [s.get("verdict") for s in specs if s["axes"].get("rules") == rules]
+    return {"rules": rules, "n_rules": len(same),
+            "survives_rules": same[0] if same and all(v == same[0] for v in same) else None}
+
+
 def curve_context(results: dict) -> dict | None:
     data = results.get("specification_curve")
     if not isinstance(data, dict) or not data.get("models"):
@@ -107,7 +117,8 @@ def curve_context(results: dict) -> dict | None:
         for r in e["rows"]:
             if r["has_model"]:
                 headline.append({"entry": e["entry"], "model": r["model"], "survives": r["survives"],
-                                 "default": r["default_verdict"]})
+                                 "default": r["default_verdict"],
+                                 **_same_rules(data["models"][r["model"]]["entries"][e["entry"]])})
     return {"entries": entries, "axes": axes, "check": check, "headline": headline,
             "seconds": data.get("seconds"), "cpu_seconds": data.get("cpu_seconds")}
 
