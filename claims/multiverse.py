@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import torch
+
 from . import verdicts
 
 GRID_FILE = Path(__file__).with_name("specifications.toml")
@@ -222,6 +224,60 @@ def v_outcomes(model: str, per_layer: dict, heads: list[int], rules: str) -> dic
     return _plain({"model": record, "units": units})
 
 
+#: The per-(sample, head) upper bounds of the optimal cosine a claim-V layer may carry in place
+#: of the matched value (fixtures/multiverse.py ``v_grid_layer``): ``optimal_cosine`` then holds
+#: the lower bound (the identity matching, the direct cosine).
+V_UPPER = {"optimal_cosine": "optimal_cosine_hi", "optimal_cosine_null": "optimal_cosine_null_hi"}
+
+
+def v_outcomes_bounded(model: str, per_layer: dict, heads: list[int], rules: str) -> dict | None:
+    """Claim V's records of one compute combination whose optimal cosine is known only between
+    bounds (lower: the identity matching; upper: the mean row maximum of the cosine matrix),
+    without the Hungarian matching. The `ours` rules do not judge the optimal cosine
+    (``[claim_v.ours]``); the `p2` rules judge its mean against bars, and their verdict can only
+    rise with it, so it is exact when the lower and the upper bound give the same verdict.
+
+    Returns the records (:func:`v_outcomes`, built on the lower bound) with each p2 verdict
+    checked at the upper bound and the model record's ``optimal_cosine`` replaced by None and
+    its bounds (``optimal_cosine_bounds``); None when some unit's or the model's verdict differs
+    between the bounds, or an `ours` rule judges the optimal cosine: then the caller matches."""
+    from . import claim_v
+
+    if any(r.metric in V_UPPER for kind in ("supported", "refuted")
+           for r in verdicts.ours_rules(claim_v.CLAIM, kind)):
+        return None
+    base = {l: {n: t for n, t in m.items() if n not in V_UPPER.values()}
+            for l, m in per_layer.items()}
+    outcome = v_outcomes(model, base, heads, rules)
+    layers = sorted(per_layer)
+
+    def upper_mean(values: torch.Tensor, undetermined: torch.Tensor) -> float:
+        keep = ~undetermined.reshape(-1)
+        return float(values.reshape(-1).to(torch.float64)[keep].mean())
+
+    def same_at_upper(rec: dict, values: torch.Tensor, undetermined: torch.Tensor) -> bool:
+        if rec["verdicts"]["p2"] == verdicts.UNDETERMINED:  # not judged: no bar is applied
+            return True
+        metrics = {**rec["metrics"], "optimal_cosine": upper_mean(values, undetermined)}
+        return verdicts.judge(claim_v.CLAIM, metrics).verdict == rec["verdicts"]["p2"]
+
+    for layer in layers:
+        m = per_layer[layer]
+        for head in heads:
+            rec = outcome["units"][f"L{layer:02d}-H{head}"]
+            if not same_at_upper(rec, m["optimal_cosine_hi"][:, head], m["undetermined"][:, head]):
+                return None
+    hi = torch.cat([per_layer[l]["optimal_cosine_hi"][:, heads] for l in layers], dim=1)
+    undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
+    model_rec = outcome["model"]
+    if not same_at_upper(model_rec, hi, undet):
+        return None
+    lo = model_rec["metrics"]["optimal_cosine"]
+    model_rec["metrics"] = {**model_rec["metrics"], "optimal_cosine": None}
+    model_rec["optimal_cosine_bounds"] = [lo, upper_mean(hi, undet)]
+    return outcome
+
+
 def j_outcomes(model: str, per_layer: dict, heads: list[int], rules: str) -> dict:
     """Claim J's layer and model records (claims/test_projection_loss.py)."""
     from . import claim_j
@@ -284,6 +340,8 @@ def judged(outcome: dict, entry: str, decide: dict[str, str], unit_names: list[s
         if statistic not in (None, J_DEFAULT_STATISTIC):
             metrics["log10_ratio"] = _token_statistic(model_rec, statistic)
         res["metrics"] = {m: metrics.get(m) for m in HEADLINE[entry]}
+        if model_rec.get("optimal_cosine_bounds"):  # not matched: no verdict depends on it
+            res["bounds"] = {"optimal_cosine": model_rec["optimal_cosine_bounds"]}
     if unit_of is not None:
         res["units"] = [_verdict_of(rec, rule_set, statistic) for rec in outcome["units"].values()]
         res["unit_counts"] = counts(res["units"])

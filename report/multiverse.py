@@ -5,7 +5,7 @@ report/templates/opt_in.html.j2; a results file without the field gets no sectio
 
 from __future__ import annotations
 
-from .common import VERDICTS
+from .common import VERDICTS, fmt
 
 #: What each curve entry judges, in words a reader needs no method document for.
 ENTRY_TITLES = {
@@ -49,6 +49,27 @@ def _cells(specs: list[dict], unit: str | None) -> list[dict]:
     return sorted(cells, key=lambda c: (c.get("refuted_share", 0), not c["default"]))
 
 
+def _with_bounds(spec: dict) -> dict:
+    """A specification's headline metrics for the table; a metric known only between bounds
+    (claim V's optimal cosine where no verdict needed the matching, method §14.1) as
+    ``"0.31–0.62 (bounds)"``."""
+    out = dict(spec.get("metrics") or {})
+    for name, (lo, hi) in (spec.get("bounds") or {}).items():
+        if out.get(name) is None:
+            out[name] = f"{fmt(lo)}–{fmt(hi)} (bounds)"
+    return out
+
+
+def _same_rules(entry: dict) -> dict:
+    """The verdict every specification judged by this run's rule set gives (None when they
+    differ), and that rule set: ``{"rules", "survives_rules", "n_rules"}``."""
+    specs = entry["specifications"]
+    rules = specs[0]["axes"].get("rules")
+    same = [s.get("verdict") for s in specs if s["axes"].get("rules") == rules]
+    return {"rules": rules, "n_rules": len(same),
+            "survives_rules": same[0] if same and all(v == same[0] for v in same) else None}
+
+
 def curve_context(results: dict) -> dict | None:
     data = results.get("specification_curve")
     if not isinstance(data, dict) or not data.get("models"):
@@ -82,7 +103,7 @@ def curve_context(results: dict) -> dict | None:
                                 "word": UNIT_WORDS.get(unit, unit + "s")}
             row["table"] = [{"name": s["name"], "verdict": s.get("verdict"),
                              "counts": s.get("unit_counts"), "reason": s.get("reason"),
-                             "metrics": s.get("metrics") or {}} for s in e["specifications"]]
+                             "metrics": _with_bounds(s)} for s in e["specifications"]]
             rows.append(row)
         if rows:
             entries.append({"entry": entry, "title": title, "rows": rows,
@@ -96,9 +117,10 @@ def curve_context(results: dict) -> dict | None:
         for r in e["rows"]:
             if r["has_model"]:
                 headline.append({"entry": e["entry"], "model": r["model"], "survives": r["survives"],
-                                 "default": r["default_verdict"]})
+                                 "default": r["default_verdict"],
+                                 **_same_rules(data["models"][r["model"]]["entries"][e["entry"]])})
     return {"entries": entries, "axes": axes, "check": check, "headline": headline,
-            "seconds": data.get("seconds")}
+            "seconds": data.get("seconds"), "cpu_seconds": data.get("cpu_seconds")}
 
 
 def _ci(x: dict | None) -> str:

@@ -85,22 +85,28 @@ def test_mismatched_outcomes_are_refused():
 # ---------------------------------------------------------------------------- the grid
 def test_the_grid_file_declares_each_axis_with_its_claims_and_reason():
     grid = mv.load_grid()
-    assert {"axis_convention", "standardize", "dtype", "padding", "rules", "j_statistic"} <= set(grid)
+    assert {"axis_convention", "standardize", "dtype", "padding", "null", "rules",
+            "j_statistic"} <= set(grid)
     for axis in grid.values():
         assert axis.why and len(axis.values) >= 2
     assert grid["padding"].modality == "text"
     assert grid["rules"].stage == "decide"
+    assert grid["null"].claims == ("V",) and grid["null"].stage == "compute"
+    assert grid["null"].values[0] == "token-shuffled"  # the claim tests' null (method §2.3)
 
 
 def test_specifications_put_the_default_first_and_follow_the_modality():
     grid = mv.load_grid()
     default = {"axis_convention": "p2", "standardize": "off", "dtype": "float64",
-               "padding": "out", "rules": "ours", "j_statistic": "pooled-means"}
+               "padding": "out", "null": "token-shuffled", "rules": "ours",
+               "j_statistic": "pooled-means"}
     image_v = mv.specifications(grid, "V", "image", default)
     text_v = mv.specifications(grid, "V", "text", default)
-    assert len(image_v) == 2 * 2 * 2 * 2 and len(text_v) == 2 * len(image_v)
+    # axes x std x dtype x null x rules; text models add padding
+    assert len(image_v) == 2 * 2 * 2 * 2 * 2 and len(text_v) == 2 * len(image_v)
     assert image_v[0] == {k: v for k, v in default.items() if k not in ("padding", "j_statistic")}
     assert "axis_convention" not in mv.specifications(grid, "J", "image", default)[0]
+    assert "null" not in mv.specifications(grid, "J", "image", default)[0]
     assert "dtype" not in mv.specifications(grid, "E", "text", default)[0]
     j = mv.specifications(grid, "J", "image", {**default, "j_statistic": "pooled-means"})
     assert len(j) == 2 * 2 * 2 * 3  # std x dtype x rules x claim-J statistic
@@ -253,7 +259,7 @@ def test_multiverse_end_to_end_default_specification_equals_the_main_records(pyt
         main = records[("V", model, "model", None, None)]
         assert default["verdict"] == main["verdict"]
         assert default["metrics"] == {m: main["metrics"][m] for m in default["metrics"]}
-        n_specs = 16 if data["modality"] == "image" else 32
+        n_specs = 32 if data["modality"] == "image" else 64
         assert v["n_specifications"] == n_specs == len(v["specifications"])
         assert sum(v["model"]["shares"].values()) == pytest.approx(1.0)
         assert set(v["model"]["axis_effects"]) == set(default["axes"])

@@ -1,0 +1,175 @@
+"""Claim V's grid of the specification curve (method §14.1): one Gram matrix per (standardise,
+dtype) for every (axis convention, null) pair, checked against the claim test's own computation
+(claims/claim_v.py ``layer_metrics``) and against ``checks.value_vectors`` per head, an
+independent route; and the optimal cosine's bounds, which decide a `p2` verdict only when both
+ends give the same one."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from checks.value_vectors import value_vector_metrics_batched
+from claims import claim_v, verdicts
+from claims import multiverse as mv
+from fixtures import multiverse as fmv
+from fixtures.model_run import LayerContext, ModelRun
+from fixtures.run_options import RunOptions
+
+S, R, I, U = verdicts.SUPPORTED, verdicts.REFUTED, verdicts.INCONCLUSIVE, verdicts.UNDETERMINED
+B, H, N, D = 6, 2, 12, 4
+
+
+class SyntheticRun(ModelRun):
+    """One layer of captured q, k, v without a model: samples 0-3 have N tokens, 4-5 have N - 2
+    (so the layer has two token-count groups, as a text model's has)."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__(SimpleNamespace(key="synthetic"), RunOptions(), cache=None)
+        g = torch.Generator().manual_seed(seed)
+        k = torch.randn(B, H, N, D, generator=g)
+        v = torch.randn(B, H, N, D, generator=g)
+        mask = torch.ones(B, N, dtype=torch.bool)
+        mask[4:, N - 2:] = False
+        self._data = {"q": k.clone(), "k": k, "v": v, "token_mask": mask}
+        self._info = {"input_set": {"n_samples": B, "names": [f"s{i}" for i in range(B)]},
+                      "n_heads": H, "head_dim": D, "scale": None, "n_layers": 1,
+                      "capture_key": "synthetic"}
+
+    def prepare(self) -> dict:
+        return self._info
+
+    def layer_qkv(self, layer: int) -> dict:
+        return self._data
+
+
+COMBOS = [(False, "float64"), (True, "float64"), (False, "float32")]
+
+
+@pytest.fixture(scope="module")
+def grids():
+    run = SyntheticRun()
+    bounded, errors = fmv.v_grid_layer(run, 0, COMBOS)
+    matched, _ = fmv.v_grid_layer(run, 0, COMBOS, frozenset(
+        (s, t, c) for s, t in COMBOS for c in ("p2", "kpca")))
+    main = claim_v.layer_metrics(LayerContext(run, 0, run.prepare()))
+    assert not errors
+    return run, bounded, matched, main
+
+
+def test_the_default_combination_equals_the_claim_tests_own_metrics(grids):
+    _run, bounded, matched, main = grids
+    key = fmv._combo_key(False, "float64", "p2", "token-shuffled")
+    for name, t in main.items():
+        if name.startswith("p2code_") or name == "threshold":  # never judged: left out
+            continue
+        assert torch.allclose(matched[key][name].to(torch.float64), t.to(torch.float64),
+                              atol=1e-12, rtol=0), name
+    exact = main["optimal_cosine"]
+    lo, hi = bounded[key]["optimal_cosine"], bounded[key]["optimal_cosine_hi"]
+    assert bool((lo <= exact + 1e-12).all()) and bool((exact <= hi + 1e-12).all())
+    assert torch.allclose(lo, main["direct_cosine"], atol=1e-12)  # the identity matching
+    assert bool((hi < lo + 1e-9).sum() < hi.numel())  # the bounds are not all tight
+
+
+@pytest.mark.parametrize("std,dtype", COMBOS)
+@pytest.mark.parametrize("conv", ["p2", "kpca"])
+def test_each_combination_equals_value_vector_metrics_per_head(grids, std, dtype, conv):
+    run, _bounded, matched, _main = grids
+    data = run.layer_qkv(0)
+    tol = verdicts.allclose_tolerance()
+    tdtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
+    atol = 1e-10 if dtype == "float64" else 2e-4
+    for b in (0, 5):
+        n = int(data["token_mask"][b].sum())
+        for h in range(H):
+            k, v = data["k"][b, h, :n], data["v"][b, h, :n]
+            a0 = fmv.random_basis_axes("synthetic", 0, slice(h, h + 1), [b], n, min(n, D), H)[0, 0]
+            ref = value_vector_metrics_batched(k, v, standardize=std, convention=conv,
+                                               null_axes=a0, dtype=tdtype, **tol)
+            got = matched[fmv._combo_key(std, dtype, conv, "random-basis")]
+            for name in ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap",
+                         "subspace_overlap_null", "linear_cka_null", "kernel_cka_null",
+                         "optimal_cosine_null", "direct_cosine", "pearson"):
+                assert float(got[name][b, h]) == pytest.approx(float(ref[name]), abs=atol), name
+
+
+def test_the_two_nulls_differ_and_the_convention_leaves_the_overlap_alone(grids):
+    _run, _bounded, matched, _main = grids
+    tok = matched[fmv._combo_key(False, "float64", "p2", "token-shuffled")]
+    rnd = matched[fmv._combo_key(False, "float64", "p2", "random-basis")]
+    kpca = matched[fmv._combo_key(False, "float64", "kpca", "token-shuffled")]
+    assert not torch.allclose(tok["subspace_overlap_null"], rnd["subspace_overlap_null"])
+    assert torch.equal(tok["subspace_overlap"], rnd["subspace_overlap"])  # V vs V̂: no null in it
+    # span(V̂) does not change when its columns are rescaled (a_m vs a_m/√μ_m)
+    assert torch.allclose(tok["subspace_overlap"], kpca["subspace_overlap"], atol=1e-10)
+    assert not torch.allclose(tok["linear_cka"], kpca["linear_cka"])
+
+
+def _layer(oc_lo: float, oc_hi: float, lin: float, ker: float) -> dict:
+    """A synthetic claim-V layer ([B, H] tensors) with the given means and no spread."""
+    full = lambda x: torch.full((B, H), float(x), dtype=torch.float64)  # noqa: E731
+    out = {name: full(0.3) for m in claim_v.METRICS for name in (m, f"{m}_null")}
+    out.update({"linear_cka": full(lin), "kernel_cka": full(ker), "optimal_cosine": full(oc_lo),
+                "optimal_cosine_null": full(oc_lo), "optimal_cosine_hi": full(oc_hi),
+                "optimal_cosine_null_hi": full(oc_hi), "subspace_overlap": full(0.40),
+                "subspace_overlap_null": full(0.40),
+                "undetermined": torch.zeros(B, H, dtype=torch.bool),
+                "mu_d": full(1.0), "threshold": full(1e-12), "effective_rows": full(N),
+                "n_tokens": full(N), "few_tokens": torch.zeros(B, H, dtype=torch.bool)})
+    out["subspace_overlap"][::2] += 0.01  # some spread, so the tests against chance run
+    out["subspace_overlap"][1::2] -= 0.01
+    return out
+
+
+def test_bounds_that_give_one_p2_verdict_give_it_without_matching():
+    # linear CKA above P2's refute bar (0.11): p2 cannot refute, and cannot support below 0.9,
+    # whatever the optimal cosine is
+    per_layer = {0: _layer(0.0, 0.95, lin=0.5, ker=0.5)}
+    out = mv.v_outcomes_bounded("m", per_layer, [0, 1], "ours")
+    assert out is not None
+    assert out["model"]["verdicts"]["p2"] == I
+    assert out["model"]["metrics"]["optimal_cosine"] is None
+    assert out["model"]["optimal_cosine_bounds"] == pytest.approx([0.0, 0.95])
+    # the verdicts are those of the exact records at any value between the bounds
+    for oc in (0.0, 0.5, 0.95):
+        exact = mv.v_outcomes("m", {0: {n: t for n, t in _layer(oc, oc, 0.5, 0.5).items()
+                                        if n not in mv.V_UPPER.values()}}, [0, 1], "ours")
+        assert exact["model"]["verdicts"] == out["model"]["verdicts"]
+        assert [u["verdicts"] for u in exact["units"].values()] == \
+            [u["verdicts"] for u in out["units"].values()]
+
+
+def test_bounds_that_straddle_a_p2_bar_ask_for_the_matching():
+    # CKAs below P2's refute bars: p2 refutes when the optimal cosine is <= 0.32, not above
+    assert mv.v_outcomes_bounded("m", {0: _layer(0.1, 0.6, lin=0.05, ker=0.1)}, [0, 1],
+                                 "ours") is None
+    both_below = mv.v_outcomes_bounded("m", {0: _layer(0.1, 0.3, lin=0.05, ker=0.1)}, [0, 1],
+                                       "ours")
+    assert both_below is not None and both_below["model"]["verdicts"]["p2"] == R
+    assert all(u["verdicts"]["p2"] == R for u in both_below["units"].values())
+
+
+def test_a_float32_failure_is_an_error_of_that_combination_only():
+    run = SyntheticRun()
+    # keys beyond the float32 range (a capture in float64): the float32 route cannot hold them
+    run._data = {**run._data, "k": run._data["k"].to(torch.float64) * 1e39}
+    metrics, errors = fmv.v_grid_layer(run, 0, COMBOS)
+    assert (False, "float32") in errors and "synthetic" in errors[(False, "float32")]
+    assert fmv._combo_key(False, "float64", "p2", "random-basis") in metrics
+    assert not any("dtype=float32" in key for key in metrics)
+
+
+def test_the_undetermined_flag_skips_lanczos_only_where_the_row_sum_bound_decides():
+    from checks.gram import KeyGram
+
+    g = torch.Generator().manual_seed(1)
+    k = torch.randn(3, 2, 10, 4, generator=g, dtype=torch.float64)
+    k[0, 0] = k[0, 0, :1].expand(10, 4)  # one repeated key: rank 1, μ_d at round-off
+    k[1, 1, :, 1:] = 0.0  # keys on a line: μ_d at round-off as well
+    for dtype in (torch.float64, torch.float32):
+        gram = KeyGram(k, dtype=dtype, top=4)
+        assert torch.equal(fmv._undetermined(gram, 4), gram.undetermined)
+        assert bool(gram.undetermined[0, 0]) and not bool(gram.undetermined[2, 0])
+    short = KeyGram(k[..., :3, :], top=4)  # N = 3 < d = 4: never determined
+    assert bool(fmv._undetermined(short, 4).all())
