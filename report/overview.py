@@ -105,8 +105,9 @@ def setup_differences(results: dict, index: Index) -> list[dict]:
                  "p2": "100 (value vectors), 25 (eigenvalue statistics) (method §5)",
                  "differs": n_req != 100})
     rows.append({"aspect": "Chance level",
-                 "ours": "every claim-V metric beside its value against a random orthonormal "
-                         "basis (seeded from the test id)",
+                 "ours": "every judged metric beside its value on a token-shuffled null (claim V: "
+                         "V̂ with its tokens shuffled; claim J and γ: V with its tokens shuffled; "
+                         "seeded from the test id), at chance decided by an equivalence test",
                  "p2": "not part of P2's protocol (method §2: ours)", "differs": True})
     return rows
 
