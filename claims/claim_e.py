@@ -415,6 +415,20 @@ def gamma_null_permutations(model: str, layer: int, samples: list[int], heads: s
             for h in range(heads.start or 0, heads.stop)]) for b in samples])
 
 
+def gamma_terms(gamma: dict) -> dict[str, torch.Tensor]:
+    """The per-head γ terms :func:`head_record` reads, from the output of
+    :func:`checks.gamma.gamma_spread_batched` (with ``null_perm``): each candidate's mean relative
+    and absolute spread, and its invariant-subspace residual ρ and direction overlap ω (method §4.2)."""
+    terms = {}
+    for name in ("learned", "eigen", "perturbed"):
+        terms[f"gamma_{name}"] = gamma[name].mean(-1)
+        terms[f"gamma_{name}_abs"] = gamma[f"{name}_abs"].mean(-1)
+    for name in ("learned", "eigen", "perturbed", "null"):  # method §4.2
+        terms[f"gamma_{name}_subspace"] = gamma[f"{name}_subspace"]
+        terms[f"gamma_{name}_directions"] = gamma[f"{name}_directions"]
+    return terms
+
+
 def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
     finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
@@ -457,12 +471,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
                   "undetermined": gamma["undetermined"]}
         for stage, mask in naive.first_nonfinite_stage.items():
             values[f"naive_bad_{stage}"] = mask
-        for name in ("learned", "eigen", "perturbed"):
-            values[f"gamma_{name}"] = gamma[name].mean(-1)
-            values[f"gamma_{name}_abs"] = gamma[f"{name}_abs"].mean(-1)
-        for name in ("learned", "eigen", "perturbed", "null"):  # method §4.2
-            values[f"gamma_{name}_subspace"] = gamma[f"{name}_subspace"]
-            values[f"gamma_{name}_directions"] = gamma[f"{name}_directions"]
+        values.update(gamma_terms(gamma))
         values["effective_rows"] = effective_rows(  # method §2.2: degenerate heads
             (std if ctx.options.standardize else raw).log_g)
         ctx.fill(out, chunk, heads, values)

@@ -72,13 +72,7 @@ def _head(k: torch.Tensor, v: torch.Tensor, seed: int = 0) -> dict:
     kk, vv = k.unsqueeze(1), v.unsqueeze(1)
     g = gamma_spread_batched(kk, vv, seed=seed,
                              null_perm=token_permutations(k.shape[-2], seed + 1, kk.shape[:-2]))
-    t = {"undetermined": g["undetermined"]}
-    for name in ("learned", "eigen", "perturbed"):
-        t[f"gamma_{name}"] = g[name].mean(-1)
-        t[f"gamma_{name}_abs"] = g[f"{name}_abs"].mean(-1)
-    for name in ("learned", "eigen", "perturbed", "null"):
-        t[f"gamma_{name}_subspace"] = g[f"{name}_subspace"]
-        t[f"gamma_{name}_directions"] = g[f"{name}_directions"]
+    t = {"undetermined": g["undetermined"], **claim_e.gamma_terms(g)}
     return claim_e.head_record("synthetic", 0, 0, t, rules="ours").to_json()
 
 

@@ -163,13 +163,8 @@ def gamma_records():
     kk = k.unsqueeze(1).expand(-1, v.shape[1], -1, -1)
     g = gamma_spread_batched(kk, v, seed=0,
                              null_perm=token_permutations(kk.shape[-2], 3, kk.shape[:-2]))
-    t = {"undetermined": g["undetermined"], "effective_rows": effective_rows(KeyGram(kk).log_g)}
-    for name in ("learned", "eigen", "perturbed"):
-        t[f"gamma_{name}"] = g[name].mean(-1)
-        t[f"gamma_{name}_abs"] = g[f"{name}_abs"].mean(-1)
-    for name in ("learned", "eigen", "perturbed", "null"):
-        t[f"gamma_{name}_subspace"] = g[f"{name}_subspace"]
-        t[f"gamma_{name}_directions"] = g[f"{name}_directions"]
+    t = {"undetermined": g["undetermined"], "effective_rows": effective_rows(KeyGram(kk).log_g),
+         **claim_e.gamma_terms(g)}
     return {name: claim_e.head_record("synthetic", 0, i, t) for i, name in enumerate(names)}
 
 
