@@ -1,9 +1,9 @@
 """Claim V timed stage by stage through the suite's own session, against the plain per-head loop
 of :mod:`bench.reference` on a fixed random subset of (sample, layer, head) triples fed the very
 k, v and null (token permutation of ΠV̂) our path received, with every compared quantity's agreement checked. What
-is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.session.ModelRun`
+is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.engine.model_run.ModelRun`
 (fresh temporary cache) loads the model, captures Q/K/V through
-:func:`fixtures.capture_batches.capture_to_layer_files`, then computes every layer's claim-V metrics in the
+:func:`fixtures.models.capture_batches.capture_to_layer_files`, then computes every layer's claim-V metrics in the
 chunks ``ModelRun._chunks`` picks for ``--max-memory``; finally the records are built
 (:mod:`claims.claim_v`) and rendered. Stages (thin wrappers around the suite's functions, each
 exclusive, :class:`bench.timing.Timers`): ``gram`` (checks.gram.score_matrix, log_normaliser,
@@ -96,10 +96,11 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     import checks.p2_code
     import checks.similarity
     import checks.value_vectors
-    from fixtures import capture_batches as capture_mod
-    from fixtures import models as models_mod
+    from fixtures.models import capture_batches as capture_mod
+    from fixtures.models import loading as models_mod
     from fixtures.cache import Cache
-    from fixtures.session import ModelRun, RunOptions
+    from fixtures.engine.model_run import ModelRun
+    from fixtures.engine.run_options import RunOptions
 
 
     timers = Timers()
@@ -220,7 +221,7 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
 
 def _reference_capture(loaded, batches, lengths, n: int) -> dict | None:
     """Capture one sample per forward pass (padding trimmed) for the first ``n`` samples."""
-    from fixtures.capture import capture_qkv
+    from fixtures.models.capture import capture_qkv
 
     singles = []
     for batch in batches:

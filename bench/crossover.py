@@ -20,8 +20,9 @@ CROSSOVER_HEADS = ((0, 0), (3, 6), (5, 11))  # (layer, head) of all-MiniLM-L6-v2
 def _pooled_minilm_keys() -> tuple[dict, float]:
     """Real all-MiniLM-L6-v2 keys of the default texts, pooled per (layer, head) over all real
     tokens of all texts and shuffled (seed 0): {(layer, head): [T, d]}, and the softmax scale."""
-    from fixtures import capture_batches, inputs, models
-    from fixtures.registry import REGISTRY
+    from fixtures.models import capture_batches, loading as models
+    from fixtures import inputs
+    from fixtures.models.catalogue import REGISTRY
 
     loaded = models.load_model(REGISTRY["all-MiniLM-L6-v2"])
     texts = inputs.default_texts(None, seed=0)

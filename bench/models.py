@@ -56,7 +56,7 @@ class BenchModel:
 
 
 def model_configs(which: list[str], quick: bool, workdir: Path) -> list[BenchModel]:
-    from fixtures.registry import REGISTRY, ModelSpec
+    from fixtures.models.catalogue import REGISTRY, ModelSpec
 
     out = []
     for name in which:

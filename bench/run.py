@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         update_readme(Path(args.out or "bench/results.json"))
         print("README.md: Speed table rewritten from", args.out or "bench/results.json")
         return 0
-    from fixtures.device import resolve_device
+    from fixtures.engine.device import resolve_device
 
     try:
         args.device = resolve_device(args.device)

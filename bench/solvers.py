@@ -2,7 +2,7 @@
 measured on real matrices, in one process, per-thread CPU time (wall time on a shared machine
 measures the neighbours), best of ``repeats``.
 
-The matrices are the ones the suite solves: one :class:`fixtures.session.ModelRun` computes a
+The matrices are the ones the suite solves: one :class:`fixtures.engine.model_run.ModelRun` computes a
 layer's claim V while thin wrappers keep every cosine matrix handed to the Hungarian step (against
 V̂, against the null V̂₀ and the p2-code variant's, method §2.1, §2.3, §8.3) and every unit-peak
 centred Gram matrix handed to the eigensolver. Assignment: SciPy ``linear_sum_assignment`` (the
@@ -44,7 +44,8 @@ def collect(spec, n_samples: int, layer: int, workdir: Path, images: str | None 
     import checks.topk
     import checks.value_vectors
     from fixtures.cache import Cache
-    from fixtures.session import ModelRun, RunOptions
+    from fixtures.engine.model_run import ModelRun
+    from fixtures.engine.run_options import RunOptions
 
     from .timing import patched
 

@@ -23,8 +23,8 @@ MIB = 1024 ** 2
 
 
 def parse_bytes(text: str) -> int:
-    """'512M', '2G', '1.5G', '300000' → bytes (binary units; :func:`fixtures.preflight.size_bytes`)."""
-    from fixtures.preflight import size_bytes
+    """'512M', '2G', '1.5G', '300000' → bytes (binary units; :func:`fixtures.plugin.preflight.size_bytes`)."""
+    from fixtures.plugin.preflight import size_bytes
 
     try:
         return size_bytes(text)

@@ -20,7 +20,7 @@ V = register(ClaimSpec(
     statement="The learned value vectors V of each head equal the kernel-PCA value matrix "
               "V̂ = G(I − 11ᵀ/N)A built from the keys' centred Gram eigenvectors.",
     source="P1 §2; P2 finding 1; method §2", unit="head", levels=("head", "model"),
-    layer_metrics="claims.claim_v:layer_metrics", code=("claims/claim_v.py",),
+    layer_metrics="claims.claim_v:layer_metrics",
     metrics=V_METRICS, settings="claims.claim_v:cache_settings",
     # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
     nonfinite_ok=tuple(f"p2code_{name}" for name in V_P2_CODE_METRICS),
@@ -33,7 +33,7 @@ J = register(ClaimSpec(
     statement="J_proj = mean over queries of ‖φ(q)‖² − ‖h‖² is a projection error: "
               "non-negative, and falling over training.",
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
-    layer_metrics="claims.claim_j:layer_metrics", code=("claims/claim_j.py",),
+    layer_metrics="claims.claim_j:layer_metrics",
     metrics=J_METRICS, report_context="report.sections.claim_j:context",
     # per-token tensors are NaN past each sample's own token count (method §3.7)
     nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq"),
@@ -45,7 +45,7 @@ E = register(ClaimSpec(
     statement="The Gram eigenvalue statistics are reproducible, and γ_i = (K̃â)_i/(N â_i) is "
               "constant over i for the â recovered from the learned V.",
     source="P1 §2.2.2; P2 finding 3; method §4", unit="head", levels=("head", "model"),
-    layer_metrics="claims.claim_e:layer_metrics", code=("claims/claim_e.py",),
+    layer_metrics="claims.claim_e:layer_metrics",
     report_context="report.sections.claim_e:context",
     template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py"))
 
@@ -57,8 +57,8 @@ R = register(ClaimSpec(
               "corruptions and adversarial attacks; a toy-scale mechanism check on digits, "
               "paired over training seeds.",
     source="P1 Algorithm 1 and its experiments; method §15", unit="series", levels=("series",),
-    # no per-layer metrics: its numbers come from fixtures/rpc_study.py (the results' code digest)
-    code=("claims/claim_r.py", "fixtures/rpc_study.py", "fixtures/training/rpc_attention.py"),
+    # no per-layer metrics: its numbers come from fixtures/engine/rpc_study.py (the results' code digest)
+    code=("claims.claim_r", "fixtures.engine.rpc_study"),
     metrics=("paired_diff", "rpc_symvit", "symvit"),
     report_context="report.sections.claim_r:context",
     template="report/templates/sections/claim_r.html.j2", tests="claims/test_rpc_attention.py",

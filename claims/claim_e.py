@@ -395,8 +395,7 @@ def _fmt(x) -> str:
 
 # ------------------------------------------------------------------ per-layer computation
 # Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
-# a fixtures.model_run.LayerContext. Moved from fixtures/session.py (ModelRun._compute_claim_e,
-# gamma_seeds).
+# a fixtures.engine.layer_context.LayerContext.
 def gamma_seeds(model: str, layer: int, samples: list[int], heads: slice) -> list[int]:
     """One seed per (sample, head) of a batch for claim E's perturbed control (method §4), in
     batch order: each item's draw depends on its own seed alone, not on how the samples and heads

@@ -253,7 +253,7 @@ def message(record: JRecord | JTrendRecord, what: str) -> str:
 
 # ------------------------------------------------------------------ per-layer computation
 # Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
-# a fixtures.model_run.LayerContext. Moved from fixtures/session.py (ModelRun._compute_claim_j).
+# a fixtures.engine.layer_context.LayerContext.
 def _output_fit_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                     convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
     """The output fit of one head: q, k, v [n, d], perm [n]; see :func:`output_fit_terms`."""

@@ -4,7 +4,7 @@ leave it inconclusive, and which axes move the verdict.
 
 A *specification* is one value per axis that applies to the claim (and to the model's modality).
 Axes of stage ``compute`` change the per-layer metrics (the session recomputes them from the cached
-capture, fixtures/multiverse.py); axes of stage ``decide`` judge the same metrics another way. The
+capture, fixtures/engine/multiverse_metrics.py); axes of stage ``decide`` judge the same metrics another way. The
 records of one compute combination are built by the claim modules' own functions
 (:func:`outcomes`), exactly as the claim tests build them, so the default specification's
 records are the main run's records.
@@ -225,7 +225,7 @@ def v_outcomes(model: str, per_layer: dict, heads: list[int], rules: str) -> dic
 
 
 #: The per-(sample, head) upper bounds of the optimal cosine a claim-V layer may carry in place
-#: of the matched value (fixtures/multiverse.py ``v_grid_layer``): ``optimal_cosine`` then holds
+#: of the matched value (fixtures/engine/multiverse_metrics.py ``v_grid_layer``): ``optimal_cosine`` then holds
 #: the lower bound (the identity matching, the direct cosine).
 V_UPPER = {"optimal_cosine": "optimal_cosine_hi", "optimal_cosine_null": "optimal_cosine_null_hi"}
 

@@ -47,13 +47,14 @@ class ClaimSpec:
     layer_metrics : str, callable or None
         ``"module:function"`` (or the function itself): the batched per-layer computation.
         The session calls it generically as ``layer_metrics(ctx)`` with a
-        :class:`fixtures.model_run.LayerContext` (the layer, the model's info, the run options,
+        :class:`fixtures.engine.layer_context.LayerContext` (the layer, the model's info, the run options,
         ``ctx.groups()`` over batches of q, k, v on the device, ``ctx.fill``/``ctx.located``),
         and caches, checks (non-finite values) and reports progress on what it returns:
         ``{name: tensor [samples, heads, ...]}``. None: the claim needs no per-layer metrics.
     code : tuple of str
-        Project sources (files or folders) whose hash keys its cached per-layer metrics, besides
-        ``checks/`` and the generic batching code.
+        Project modules (``"claims.claim_r"``; a ``.py`` path is taken too) whose code keys its
+        cached per-layer metrics, besides the module of ``layer_metrics`` and the generic
+        batching code; the modules these import count too (``fixtures.cache.code_fingerprint``).
     metrics : tuple of str
         Its judged metric names, in report order.
     report_context : str or None

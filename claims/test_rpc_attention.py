@@ -3,7 +3,7 @@
 
 SymViT and RPC-SymViT are trained on digits with ``--rpc-seeds`` seeds each (cached); each test
 judges one condition by the paired difference over seeds and its 95% interval. Selected only
-with ``pytest claims/ -m rpc`` (fixtures/rpc_plugin.py). Thresholds: ``[claim_r_*]`` of
+with ``pytest claims/ -m rpc`` (fixtures/plugin/rpc.py). Thresholds: ``[claim_r_*]`` of
 thresholds.toml.
 """
 

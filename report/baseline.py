@@ -16,7 +16,7 @@ what made them comparable). Two modes (``--gate``):
     match.
 ``same-checkpoint``
     Reproducibility of a frozen checkpoint after a change of code or environment: the checkpoint
-    hash must match (checked at start-up where it is known before the run, fixtures/identity.py;
+    hash must match (checked at start-up where it is known before the run, fixtures/engine/weight_identity.py;
     here after the run otherwise), any verdict change is a regression, and metrics may move by
     round-off only (``[baseline]``: ``abs + rel·|baseline|``, one-sided where a direction is named).
 
@@ -287,7 +287,7 @@ def check_comparable_before_run(specs: dict, options: dict, thresholds: dict, ba
 def check_same_checkpoint(cand: str, cand_hash, base: str, base_hash, origin: str = "") -> None:
     """``--gate same-checkpoint``: the candidate's weight hash is the baseline model's, else a
     :class:`BaselineMismatch` naming both. Made at start-up where the hash is known before the
-    run (fixtures/identity.py), and by :func:`compare` after it (the backstop)."""
+    run (fixtures/engine/weight_identity.py), and by :func:`compare` after it (the backstop)."""
     if cand_hash != base_hash:
         where = f" ({origin})" if origin else ""
         raise BaselineMismatch(

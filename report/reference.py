@@ -10,7 +10,7 @@ own run with it (``python -m report diff``, docs/reproduce.md); the README's blo
 ``python -m report reference --write`` regenerates both, plus the trained models' shipped weight
 hashes: it runs command 1 in a subprocess on a fresh output folder (the cache is reused: it is
 keyed by code, options and weights), keeps the judged part, rewrites the README block and asks
-``python -m fixtures.training.reference --write`` for the hashes of the default trained series.
+``python -m fixtures.training.shipped_hashes --write`` for the hashes of the default trained series.
 ``--from RESULTS`` skips the run and takes an existing results.json of command 1 (the hashes are
 then left as they are).
 ``python -m report reference --check`` exits 1 when the README block and the reference disagree.
@@ -223,7 +223,7 @@ def write_reference(results_path: Path, reference_path: Path = REFERENCE,
     atomic_write_text(reference_path, json.dumps(ref, indent=1, sort_keys=True) + "\n")
     update_readme(ref, readme)
     if hashes:  # the trained models' weight hashes, from the cache the run used
-        rc = subprocess.call([sys.executable, "-m", "fixtures.training.reference", "--write"],
+        rc = subprocess.call([sys.executable, "-m", "fixtures.training.shipped_hashes", "--write"],
                              cwd=ROOT)
         if rc:
             raise SystemExit("writing the trained models' reference hashes failed")

@@ -1,5 +1,5 @@
 """results.json's ``summary``: outcome counts of a run, computed from its records. One function,
-used where a run writes results.json (fixtures/records.py) and where shards are merged
+used where a run writes results.json (fixtures/plugin/transport.py) and where shards are merged
 (report/merge.py), so a merged file counts exactly as one run would.
 
 The headline counts (``records``, ``verdicts``, ``outcomes``) are about the models under test

@@ -1,25 +1,22 @@
-"""The project's import graph: no circles, and no arrow running back up the layers (issue 15).
+"""The project's import graph: no circles, and every import runs down the layers.
 
-The layers, bottom to top: ``checks`` (pure tensor math) ← ``fixtures`` (models, inputs, capture,
-cache, plugin, session) and ``claims`` (claim specs, verdicts) ← ``report``; ``bench`` sits on top
-of everything. The graph is read from the source with :mod:`ast` (nothing is imported), and each
-import is either *module-level* (runs when the module is imported: top level, class bodies,
-``try``/``if`` blocks, but not ``if TYPE_CHECKING:``) or *function-level* (inside a function, runs
-when it is called). The rules:
+The layers, bottom to top: ``checks`` (pure tensor math); ``claims`` (claim specs, verdicts);
+``report`` (results.json → HTML); the base of ``fixtures`` (``fixtures/__init__``, the cache, the
+numeric environment, the torchvision shim); ``fixtures.inputs`` and ``fixtures.training``;
+``fixtures.models``; ``fixtures.engine``; ``fixtures.plugin``; and ``bench`` on top. Which layer
+may import which is one table, :data:`MAY_IMPORT`. The graph is read from the source with
+:mod:`ast` (nothing is imported), and each import is either *module-level* (runs when the module
+is imported: top level, class bodies, ``try``/``if`` blocks, but not ``if TYPE_CHECKING:``) or
+*function-level* (inside a function, runs when it is called). The rules:
 
 - no circle among module-level imports (strict);
-- ``checks`` imports nothing from ``fixtures``, ``claims``, ``report`` or ``bench``, at any level;
-- ``claims`` imports nothing from ``fixtures``, ``report`` or ``bench`` at module level;
-- ``report`` imports nothing from ``fixtures`` or ``bench`` at module level;
-- a function-level import that closes a circle, or runs against those directions, is listed in
-  :data:`ALLOWED_LAZY` with the reason; a new one fails until it is fixed or listed, and an entry
-  whose import is gone fails until it is removed.
+- no import, at any level, from a layer to one its :data:`MAY_IMPORT` row does not list;
+- a function-level import that closes a circle is listed in :data:`ALLOWED_LAZY` with the
+  reason; a new one fails until it is fixed or listed, and a stale entry fails until removed;
+- no project module over :data:`MAX_LINES` lines, and no two project modules share a file name
+  (``__init__.py`` and ``__main__.py`` aside).
 
-(``fixtures.plugin`` is the pytest plugin: it drives a run and writes its report, so ``fixtures``
-importing ``report`` is not an arrow up.)
-
-``python tests/test_architecture.py`` prints the graph's summary and the modules over
-:data:`SIZE_NOTE` lines (information, not a failure).
+``python tests/test_architecture.py`` prints the graph's summary.
 """
 
 from __future__ import annotations
@@ -32,21 +29,42 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("checks", "fixtures", "claims", "report", "bench")
-#: Modules longer than this are listed by :func:`large_modules` (style guide §2, "module size").
-SIZE_NOTE = 400
+#: No project module is longer than this (tests aside).
+MAX_LINES = 400
 
-#: Top-level package → the top-level packages it must never import (at module level; for
-#: ``checks`` at function level too: pure math has no lazy way up either).
-FORBIDDEN = {
-    "checks": {"fixtures", "claims", "report", "bench"},
-    "claims": {"fixtures", "report", "bench"},
-    "report": {"fixtures", "bench"},
+#: The sub-packages of ``fixtures`` that are layers of their own; its other modules are its base.
+FIXTURES_LAYERS = ("inputs", "training", "models", "engine", "plugin")
+
+#: Layer → the layers it may import (its own always). Only the plugin imports ``report``: it
+#: writes results.json and the report at the end of a run.
+MAY_IMPORT: dict[str, set[str]] = {
+    "checks": set(),
+    "claims": {"checks"},
+    "report": {"checks", "claims"},
+    "fixtures": {"checks"},
+    "fixtures.inputs": {"checks", "fixtures"},
+    "fixtures.training": {"checks", "fixtures"},
+    "fixtures.models": {"checks", "fixtures", "fixtures.training"},
+    "fixtures.engine": {"checks", "claims", "fixtures", "fixtures.inputs", "fixtures.training",
+                        "fixtures.models"},
+    "fixtures.plugin": {"checks", "claims", "report", "fixtures", "fixtures.inputs",
+                        "fixtures.training", "fixtures.models", "fixtures.engine"},
+    "bench": {"checks", "claims", "report", "fixtures", "fixtures.inputs", "fixtures.training",
+              "fixtures.models", "fixtures.engine", "fixtures.plugin"},
 }
-STRICT_AT_EVERY_LEVEL = {"checks"}
 
-#: Function-level imports that close a circle or run against the layer order today,
-#: (importer, imported) → why they are tolerated. Add an entry only with the issue that removes it.
+#: Function-level imports that close a circle today, (importer, imported) → why they are
+#: tolerated. Add an entry only with the change that removes it.
 ALLOWED_LAZY: dict[tuple[str, str], str] = {}
+
+
+def layer_of(module: str) -> str:
+    """``fixtures.models.families.base`` → ``fixtures.models``; ``fixtures.cache`` → ``fixtures``;
+    ``claims.claim_v`` → ``claims``."""
+    parts = module.split(".")
+    if parts[0] == "fixtures" and len(parts) > 1 and parts[1] in FIXTURES_LAYERS:
+        return "fixtures." + parts[1]
+    return parts[0]
 
 
 @dataclass(frozen=True)
@@ -180,23 +198,25 @@ def circles(edges: list[Edge]) -> list[list[str]]:
     return sorted(found)
 
 
-def layer_violations(edges: list[Edge]) -> tuple[list[Edge], list[Edge]]:
-    """(module-level violations, function-level violations) of :data:`FORBIDDEN`."""
-    eager, lazy = [], []
-    for e in edges:
-        src, dst = e.importer.split(".")[0], e.imported.split(".")[0]
-        if dst in FORBIDDEN.get(src, ()):
-            if not e.lazy or src in STRICT_AT_EVERY_LEVEL:
-                eager.append(e)
-            else:
-                lazy.append(e)
-    return eager, lazy
+def layer_violations(edges: list[Edge]) -> list[Edge]:
+    """The imports, at any level, from a layer to one :data:`MAY_IMPORT` does not give it."""
+    return [e for e in edges if layer_of(e.imported) != layer_of(e.importer)
+            and layer_of(e.imported) not in MAY_IMPORT[layer_of(e.importer)]]
 
 
 def large_modules(modules: dict[str, Path]) -> list[tuple[int, str]]:
-    """(lines, module) of every module over :data:`SIZE_NOTE` lines, longest first."""
+    """(lines, module) of every module over :data:`MAX_LINES` lines, longest first."""
     sizes = [(len(p.read_text(encoding="utf-8").splitlines()), m) for m, p in modules.items()]
-    return sorted((n, m) for n, m in sizes if n > SIZE_NOTE)[::-1]
+    return sorted((n, m) for n, m in sizes if n > MAX_LINES)[::-1]
+
+
+def shared_file_names(modules: dict[str, Path]) -> dict[str, list[str]]:
+    """File name → the modules that share it (``__init__.py`` and ``__main__.py`` aside)."""
+    by_name: dict[str, list[str]] = {}
+    for module, path in modules.items():
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(path.name, []).append(module)
+    return {name: sorted(mods) for name, mods in by_name.items() if len(mods) > 1}
 
 
 def _where(e: Edge) -> str:
@@ -209,7 +229,7 @@ def graph():
     return import_graph()
 
 
-def test_graph_covers_every_module_and_lists_the_large_ones(graph, capsys):
+def test_graph_covers_every_module(graph):
     modules, edges = graph
     on_disk = {module_name(p) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
                if "__pycache__" not in p.parts}
@@ -219,12 +239,22 @@ def test_graph_covers_every_module_and_lists_the_large_ones(graph, capsys):
     assert ("checks.spectrum", "checks.gram") in pairs
     assert ("fixtures.inputs", "fixtures.inputs.images") in pairs
     assert ("claims.claim_e", "checks.spectrum") in pairs
-    with capsys.disabled():
-        listed = large_modules(modules)
-        if listed:
-            print(f"\n[info] modules over {SIZE_NOTE} lines (style guide §2, not a failure):")
-            for n, m in listed:
-                print(f"  {n:5d}  {modules[m].relative_to(ROOT)}")
+    # every layer of the table exists, and every module is in a layer of the table
+    assert {layer_of(m) for m in modules} == set(MAY_IMPORT)
+
+
+def test_no_module_is_over_the_size_limit(graph):
+    modules, _ = graph
+    listed = large_modules(modules)
+    assert not listed, f"modules over {MAX_LINES} lines, split them along their seams: " + ", ".join(
+        f"{modules[m].relative_to(ROOT)} ({n})" for n, m in listed)
+
+
+def test_no_two_modules_share_a_file_name(graph):
+    modules, _ = graph
+    shared = shared_file_names(modules)
+    assert not shared, "module file names used twice, rename one: " + "; ".join(
+        f"{name}: {', '.join(mods)}" for name, mods in sorted(shared.items()))
 
 
 def test_no_import_circle_at_module_level(graph):
@@ -234,19 +264,11 @@ def test_no_import_circle_at_module_level(graph):
         " <-> ".join(c) for c in found)
 
 
-def test_no_arrow_runs_up_the_layers_at_module_level(graph):
+def test_every_import_runs_down_the_layers(graph):
     _, edges = graph
-    eager, _ = layer_violations(edges)
-    assert not eager, ("imports against the layer order checks <- fixtures/claims <- report: "
-                       + "; ".join(_where(e) for e in eager))
-
-
-def test_function_level_arrows_up_are_listed(graph):
-    _, edges = graph
-    _, lazy = layer_violations(edges)
-    unlisted = [e for e in lazy if (e.importer, e.imported) not in ALLOWED_LAZY]
-    assert not unlisted, ("function-level imports against the layer order, neither fixed nor in "
-                          "ALLOWED_LAZY: " + "; ".join(_where(e) for e in unlisted))
+    wrong = layer_violations(edges)
+    assert not wrong, ("imports against the layer table MAY_IMPORT: "
+                       + "; ".join(_where(e) for e in wrong))
 
 
 def test_function_level_circles_are_listed(graph):
@@ -267,16 +289,22 @@ def test_allowed_lazy_lists_only_imports_that_exist(graph):
 
 
 def test_the_checks_find_what_they_look_for():
-    """The rules on a hand-made graph: a circle, an eager and a lazy arrow up."""
+    """The rules on a hand-made graph: a circle, arrows up at either level, and a sub-package
+    of fixtures importing one above it."""
     edges = [Edge("checks.a", "checks.b", False, 1), Edge("checks.b", "checks.a", False, 1),
              Edge("claims.x", "fixtures.y", False, 3), Edge("report.r", "fixtures.y", True, 5),
-             Edge("checks.c", "claims.x", True, 7), Edge("fixtures.y", "checks.a", False, 2)]
-    assert circles(edges) == [["checks.a", "checks.b"]]
-    assert circles([e for e in edges if e.importer != "checks.b"]) == []
-    eager, lazy = layer_violations(edges)
-    assert [(e.importer, e.imported) for e in eager] == [("claims.x", "fixtures.y"),
-                                                          ("checks.c", "claims.x")]
-    assert [(e.importer, e.imported) for e in lazy] == [("report.r", "fixtures.y")]
+             Edge("checks.c", "claims.x", True, 7), Edge("fixtures.y", "checks.a", False, 2),
+             Edge("fixtures.models.m", "fixtures.engine.e", True, 9),
+             Edge("fixtures.engine.e", "fixtures.models.m", False, 4),
+             Edge("fixtures.cache", "report.atomic", False, 6),
+             Edge("fixtures.plugin.p", "report.r", False, 8)]
+    assert circles(edges) == [["checks.a", "checks.b"], ["fixtures.engine.e", "fixtures.models.m"]]
+    assert circles([e for e in edges if e.importer != "checks.b" and not e.lazy]) == []
+    assert [(e.importer, e.imported) for e in layer_violations(edges)] == [
+        ("claims.x", "fixtures.y"), ("report.r", "fixtures.y"), ("checks.c", "claims.x"),
+        ("fixtures.models.m", "fixtures.engine.e"), ("fixtures.cache", "report.atomic")]
+    assert layer_of("fixtures.models.families.base") == "fixtures.models"
+    assert layer_of("fixtures") == layer_of("fixtures.numeric_env") == "fixtures"
 
 
 def test_imports_are_classified_by_where_they_run():
@@ -314,8 +342,9 @@ if __name__ == "__main__":
     print("module-level circles:", circles([e for e in all_edges if not e.lazy]) or "none")
     print("function-level circles (with the module-level edges):",
           circles(all_edges) or "none")
-    up_eager, up_lazy = layer_violations(all_edges)
-    for e in up_eager + up_lazy:
+    for e in layer_violations(all_edges):
         print("against the layers:", _where(e))
     for n, m in large_modules(mods):
         print(f"{n:5d}  {mods[m].relative_to(ROOT)}")
+    for name, shared in shared_file_names(mods).items():
+        print(f"{name}: {', '.join(shared)}")

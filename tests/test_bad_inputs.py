@@ -39,8 +39,9 @@ from checks.gram import KeyGram
 from checks.projection import log_phi_sq_norm, projection_terms_batched
 from checks.value_vectors import value_vector_metrics_batched
 from claims.verdicts import UNDETERMINED
-from fixtures import capture, capture_batches, checkpoints, hub, inputs, models, registry
-from fixtures.session import set_progress_writer
+from fixtures.models import capture, capture_batches, checkpoints, hub, loading as models, catalogue as registry
+from fixtures import inputs
+from fixtures.engine.progress import set_progress_writer
 from claims.verdicts import allclose_tolerance
 
 TOL = allclose_tolerance()  # [claim_v.allclose] of claims/thresholds.toml
@@ -55,7 +56,7 @@ pytest_plugins = ["pytester"]
 
 # --images/--text problems surface inside the first test (ModelRun.prepare), once per test, as an
 # InputError traceback with exit code 1. The fix validates the input set at configure time in
-# fixtures/plugin.py (proposed diff in the report of issue "Bad input, interruptions and
+# fixtures/plugin/__init__.py (proposed diff in the report of issue "Bad input, interruptions and
 # concurrency"). Until it lands these tests are expected to fail; strict, so that they flip to
 # failures (remove this mark then) as soon as the plugin validates inputs.
 
@@ -284,7 +285,7 @@ def test_long_lines_are_truncated_and_say_so(pytester, tmp_path, files):
                     "--text", str(files["long.txt"]))
     assert result.ret in (0, 1), result.stdout.str()[-3000:]
     out = " ".join(result.stdout.str().split())
-    # names the file once fixtures/session.py passes the InputSet (proposed diff), not before
+    # names the file once fixtures/engine/claim_session.py passes the InputSet (proposed diff), not before
     assert re.search(r"InputWarning: 1 of 2 texts( from text file \S*long\.txt)? are longer than "
                      r"max_length=128 tokens and were truncated", out), out[-3000:]
     notes = _input_set(tmp_path)["notes"]
@@ -373,7 +374,7 @@ def test_series_test_is_not_collected_without_a_series(pytester, tmp_path):
 def test_model_level_unit_is_never_empty():
     """The generic guard behind every model-level test (the ``collected_heads`` fixture): an empty
     unit is a fault naming the model, never a torch.cat / StopIteration crash inside a claim."""
-    from fixtures import faults
+    from fixtures.plugin import faults
     from fixtures.plugin import EmptySelectionError, unit_of
 
     assert unit_of({"m": ([0, 2], [1])}, "m") == ([0, 2], [1])
@@ -482,12 +483,12 @@ def test_cache_from_the_environment_variable_is_named(pytester, tmp_path, files,
 def test_unwritable_output_folder_stops_at_startup(pytester, tmp_path, files, monkeypatch):
     """A folder the user may not write into. Root writes everywhere, so under root the denial is
     simulated through os.access (what the pre-flight check asks)."""
-    from fixtures import preflight
+    from fixtures.plugin import path_checks
 
     locked = tmp_path / "locked"
     locked.mkdir()
     real_access = os.access
-    monkeypatch.setattr(preflight.os, "access",
+    monkeypatch.setattr(path_checks.os, "access",
                         lambda p, mode: False if Path(p) == locked else real_access(p, mode))
     line = usage_error(claims(pytester, tmp_path, *TINY_CKPT(files), "--out", str(locked / "run")),
                        tmp_path)
@@ -562,7 +563,7 @@ def test_faults_are_told_from_claim_outcomes(exc, kind):
     """A claim outcome (assert, skip) or an interruption is no fault; an OSError of the machine
     (also when another library words it as "os error N", as safetensors does) is an environment
     fault, exit 7; anything else is internal, exit 3."""
-    from fixtures import faults
+    from fixtures.plugin import faults
 
     assert faults.classify(exc) == kind
     wrapped = RuntimeError("while capturing")
@@ -601,7 +602,7 @@ def test_internal_error_is_exit_3_with_its_traceback(pytester, tmp_path, files, 
 def test_unwritable_output_at_the_end_keeps_the_results(pytester, tmp_path, files, monkeypatch):
     """The output folder cannot be written when results.json is due (it passed the pre-flight
     check): the results go to a fallback file in the temporary folder, and the run says where."""
-    from fixtures import results as results_module
+    from fixtures.plugin import results as results_module
 
     real = results_module.atomic_write_text
 
@@ -640,7 +641,7 @@ def test_a_complete_run_has_a_record_for_every_collected_claim_test(pytester, tm
 
 def test_a_test_without_a_record_makes_the_run_incomplete(pytester, tmp_path, files, monkeypatch):
     """A claim test that passes without recording (a bug) cannot leave complete: true behind."""
-    from fixtures.results import ResultsCollector
+    from fixtures.plugin.results import ResultsCollector
 
     real = ResultsCollector.pytest_runtest_logreport
 

@@ -451,7 +451,7 @@ def test_same_checkpoint_gate_refuses_other_weights_before_any_test(pytester, ga
     sentence naming both hashes and the remedy) before any claim test, serially and under -n 2."""
     from safetensors.torch import load_file
 
-    from fixtures.checkpoints import state_dict_hash
+    from fixtures.models.checkpoints import state_dict_hash
 
     name = "xdist" if workers else "serial"
     out, cache = gate_env["tmp"] / f"same-{name}", gate_env["tmp"] / f"same-{name}-cache"
@@ -503,7 +503,8 @@ def test_require_fails_when_a_model_verdict_is_below_its_floor(pytester, gate_en
 
 @pytest.mark.slow
 def test_the_startup_weight_hash_of_a_checkpoint_is_the_one_its_run_recorded(gate_env):
-    from fixtures import identity, models
+    from fixtures.engine import weight_identity as identity
+    from fixtures.models import loading as models
 
     spec = models.spec_for_checkpoint(gate_env["a"], "vit_tiny_patch16_224")
     got = identity.weight_identity(spec, gate_env["tmp"] / "cache")
@@ -524,7 +525,9 @@ def test_the_startup_weight_hash_is_the_one_the_reference_run_recorded(key, tmp_
 
     import torch
 
-    from fixtures import identity, registry
+    from fixtures.engine import weight_identity as identity
+
+    from fixtures.models import catalogue as registry
 
     spec = registry.REGISTRY[key]
     state = torch.random.get_rng_state()
@@ -541,8 +544,10 @@ def test_the_startup_weight_hash_of_a_trained_model_is_known_once_it_is_trained(
                                                                                 monkeypatch):
     """A model of ours: no identity before its training (the gate checks after the run), then
     the hash of the last checkpoint of its series in the cache, the weights the run loads."""
-    from fixtures import identity, registry, session, training
-    from fixtures.checkpoints import state_dict_hash
+    from fixtures.engine import weight_identity as identity, claim_session as session
+    from fixtures.models import catalogue as registry
+    from fixtures import training
+    from fixtures.models.checkpoints import state_dict_hash
 
     config = training.TrainConfig(variant="softmax", epochs=1, batch_size=64, depth=1,
                                   embed_dim=48, num_heads=6, img_size=16, patch_size=4,

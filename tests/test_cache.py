@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.cache import Cache, atomic_write_text, stable_hash
+from fixtures.cache import Cache, stable_hash
+from report.atomic import atomic_write_text
 
 
 def _write(folder: Path, text: str = "payload") -> dict:
@@ -159,3 +160,72 @@ def test_cache_entries_and_atomic_files_follow_the_umask(tmp_path):
                  tmp_path / "samples.jsonl"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o664, path
     assert stat.S_IMODE(entry.parent.stat().st_mode) & 0o777 == 0o775
+
+
+# ------------------------------------------------------------- keys that follow the code, not its prose
+def _project_copy(tmp_path, monkeypatch):
+    """A throw-away checkout holding two modules: ``checks/formula.py`` (a docstring, a comment and
+    one formula) and ``claims/uses.py``, which imports it inside a function."""
+    import fixtures
+
+    root = tmp_path / "checkout"
+    for pkg in ("checks", "claims"):
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "__init__.py").write_text("")
+    (root / "checks" / "formula.py").write_text(
+        '"""The formula of a metric."""\n\n\ndef metric(x):\n'
+        '    """Twice x (method §0)."""\n    return 2 * x  # eq. 0\n')
+    (root / "claims" / "uses.py").write_text(
+        "def run(x):\n    from checks.formula import metric\n\n    return metric(x)\n")
+    monkeypatch.setattr(fixtures, "ROOT", root)
+    return root
+
+
+def _key(*modules):
+    from fixtures import cache
+
+    cache._fingerprint.cache_clear()
+    return cache.code_fingerprint(*modules)
+
+
+def test_a_docstring_or_comment_edit_keeps_the_metric_cache_valid(tmp_path, monkeypatch):
+    root = _project_copy(tmp_path, monkeypatch)
+    before = _key("claims.uses")
+    formula = root / "checks" / "formula.py"
+    text = formula.read_text()
+    formula.write_text(text.replace("The formula of a metric.", "The formula of one metric (typo fixed).")
+                       .replace("Twice x (method §0).", "Two times x, method §0.")
+                       .replace("# eq. 0", "# eq. (0)"))
+    assert formula.read_text() != text
+    assert _key("claims.uses") == before
+
+
+def test_a_formula_edit_invalidates_the_keys_that_depend_on_it(tmp_path, monkeypatch):
+    root = _project_copy(tmp_path, monkeypatch)
+    before, alone = _key("claims.uses"), _key("claims")
+    formula = root / "checks" / "formula.py"
+    formula.write_text(formula.read_text().replace("return 2 * x", "return 3 * x"))
+    # the module that imports the formula (inside a function) gets a new key ...
+    assert _key("claims.uses") != before
+    # ... and a module that does not import it keeps its own
+    assert _key("claims") == alone
+
+
+def test_code_fingerprint_names_what_it_cannot_find(tmp_path, monkeypatch):
+    _project_copy(tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match="'checks.nothing_here' is neither a project module"):
+        _key("checks.nothing_here")
+
+
+def test_the_capture_key_covers_the_model_side_by_its_imports():
+    """The capture key's module list is derived from the imports: the loaders, every model
+    family, the inputs and the trained models' code are in it; the claim math is not."""
+    from fixtures.cache import _closure
+    from fixtures.engine.model_run import CAPTURE_MODULES
+
+    covered = set(_closure(CAPTURE_MODULES))
+    assert {"fixtures.models.capture", "fixtures.models.families.timm_vit",
+            "fixtures.models.families.hf_bert", "fixtures.models.checkpoints",
+            "fixtures.inputs.images", "fixtures.inputs.texts", "fixtures.training.model"} <= covered
+    assert not any(name.startswith(("claims", "fixtures.engine", "fixtures.plugin"))
+                   for name in covered)

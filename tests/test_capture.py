@@ -1,4 +1,4 @@
-"""Q/K/V capture adapters: fixtures/capture.py against the models' own eager attention."""
+"""Q/K/V capture adapters: fixtures/models/capture.py against the models' own eager attention."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from timm.layers import Attention
 
 from checks.errors import NonFiniteError
 from checks.gram import standardize_tokens
-from fixtures.capture import capture_qkv, model_output, recompute_attention
-from fixtures.capture_batches import capture_in_batches, capture_to_layer_files
-from fixtures.families import check_right_padding
-from fixtures.models import attention_modules, load_model, wrap_model
-from fixtures.registry import REGISTRY, ModelSpec
+from fixtures.models.capture import capture_qkv, model_output, recompute_attention
+from fixtures.models.capture_batches import capture_in_batches, capture_to_layer_files
+from fixtures.models.families import check_right_padding
+from fixtures.models.loading import attention_modules, load_model, wrap_model
+from fixtures.models.catalogue import REGISTRY, ModelSpec
 
 F64 = torch.float64
 IMG = 64  # 16 patches of 16×16

@@ -503,8 +503,9 @@ def test_session_computes_the_p2_code_variant_on_its_seeded_subset_only(tmp_path
     batch, method §8.3.)"""
     import checks.p2_code
     from fixtures.cache import Cache
-    from fixtures.registry import REGISTRY
-    from fixtures.session import ModelRun, RunOptions
+    from fixtures.models.catalogue import REGISTRY
+    from fixtures.engine.model_run import ModelRun
+    from fixtures.engine.run_options import RunOptions
 
     spec = REGISTRY["control-vit_tiny_patch16_224"]
     layers = {}

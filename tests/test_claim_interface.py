@@ -91,8 +91,10 @@ FAKE_FAMILY = '''
 
     import pytest
 
-    from fixtures import families, plugin
-    from fixtures.families.timm_vit import TimmViT
+    from fixtures.models import families
+
+    from fixtures import plugin
+    from fixtures.models.families.timm_vit import TimmViT
 
 
     @families.register
@@ -192,10 +194,11 @@ def test_a_claims_thresholds_are_validated_like_the_files():
 def test_the_cache_key_of_a_claims_metrics_covers_its_own_code(tmp_path):
     import importlib.util
 
-    from fixtures.model_run import _claim_code
+    from fixtures.engine.model_run import _claim_code
 
-    assert _claim_code(registry.get("V")) == ("checks", "fixtures/model_run.py", "claims/claim_v.py")
-    assert _claim_code(registry.get("J"))[-1] == "claims/claim_j.py"
+    assert _claim_code(registry.get("V")) == ("fixtures.engine.model_run", "claims.claim_v")
+    assert _claim_code(registry.get("J"))[-1] == "claims.claim_j"
+    assert "fixtures.engine.rpc_study" in _claim_code(registry.get("R"))
     # a claim defined outside the project: its file, by absolute path
     (tmp_path / "my_claim.py").write_text("def layer_metrics(ctx):\n    return {}\n")
     found = importlib.util.spec_from_file_location("my_claim", tmp_path / "my_claim.py")
@@ -208,8 +211,8 @@ def test_the_cache_key_of_a_claims_metrics_covers_its_own_code(tmp_path):
 
 def test_a_claim_without_a_per_layer_computation_says_so(tmp_path):
     from fixtures.cache import Cache
-    from fixtures.model_run import ModelRun
-    from fixtures.run_options import RunOptions
+    from fixtures.engine.model_run import ModelRun
+    from fixtures.engine.run_options import RunOptions
 
     registry.register(registry.ClaimSpec(id="T", section="claim_t", title="t", statement="t",
                                          source="t", unit="model", levels=("model",)))

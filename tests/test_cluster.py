@@ -482,7 +482,7 @@ def test_both_sides_of_the_line_are_real_shards_with_a_valid_account():
 # --------------------------------------------------------------------------------- SIGTERM
 _SIGNAL_PROBE = textwrap.dedent("""\
     import os, signal, sys, time
-    from fixtures import faults
+    from fixtures.plugin import faults
     signal.signal(signal.SIGTERM, faults._on_sigterm)
     faults.defer_sigterm()
     os.kill(os.getpid(), signal.SIGTERM)  # lands during the writes: noted, no exception
@@ -514,7 +514,7 @@ def test_sigterm_during_the_write_waits_for_it_and_after_it_stops_at_once(when):
 
 _WRITE_PLUGIN = textwrap.dedent("""\
     import os, signal
-    import fixtures.results as results
+    import fixtures.plugin.results as results
 
     _write = results.atomic_write_text
 
@@ -546,21 +546,21 @@ def test_a_sigterm_inside_the_end_of_session_write_still_leaves_complete_results
 
 # ------------------------------------------------------------- a job's CPUs, trend records
 def test_accelerator_assignment_threads_follow_the_cpu_affinity_not_the_node(monkeypatch):
-    from fixtures import model_run
-    from fixtures.device import ACCELERATOR_PATH_ENV
+    from fixtures.engine import layer_context
+    from fixtures.engine.device import ACCELERATOR_PATH_ENV
 
     monkeypatch.setenv(ACCELERATOR_PATH_ENV, "1")
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
-    monkeypatch.setattr(model_run.os, "cpu_count", lambda: 64)  # the whole node
-    monkeypatch.setattr(model_run.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})  # the job's
-    assert model_run.usable_cpus() == 4 and model_run.assignment_threads("cpu") == 3
+    monkeypatch.setattr(layer_context.os, "cpu_count", lambda: 64)  # the whole node
+    monkeypatch.setattr(layer_context.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})  # the job's
+    assert layer_context.usable_cpus() == 4 and layer_context.assignment_threads("cpu") == 3
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
-    assert model_run.assignment_threads("cpu") == 1
+    assert layer_context.assignment_threads("cpu") == 1
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this OS")
 def test_usable_cpus_under_taskset_is_the_allowed_set():
-    code = "from fixtures.model_run import usable_cpus; print(usable_cpus())"
+    code = "from fixtures.engine.layer_context import usable_cpus; print(usable_cpus())"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, preexec_fn=lambda: os.sched_setaffinity(0, {0}))
     assert done.returncode == 0, done.stderr
@@ -568,7 +568,7 @@ def test_usable_cpus_under_taskset_is_the_allowed_set():
 
 
 def test_trend_records_name_cache_checkpoints_relative_to_the_cache(tmp_path):
-    from fixtures.session import SeriesPoint, cache_relative
+    from fixtures.engine.claim_session import SeriesPoint, cache_relative
 
     for root in (tmp_path / "cache-a", tmp_path / "elsewhere" / "cache-b"):
         path = root / "trained" / "tiny" / "step-0003.safetensors"
@@ -603,8 +603,9 @@ def test_readme_points_to_the_cluster_guide_which_covers_every_mode_and_option()
 def test_a_trained_series_names_its_checkpoints_relative_to_the_cache(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from fixtures.registry import REGISTRY
-    from fixtures.session import ClaimSession, RunOptions
+    from fixtures.models.catalogue import REGISTRY
+    from fixtures.engine.claim_session import ClaimSession
+    from fixtures.engine.run_options import RunOptions
 
     spec = REGISTRY["tiny-vit-digits-softmax"]
     cache = tmp_path / "somewhere" / "cache"

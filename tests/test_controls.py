@@ -12,12 +12,12 @@ import torch
 
 from checks.gram import KeyGram
 from claims.records import VERDICTS
-from fixtures import controls, registry
-from fixtures.capture import capture_qkv
-from fixtures.families import kpca_oracle as oracle
-from fixtures.models import load_model
-from fixtures.state import EXIT_INSTRUMENT_FAILURE
-from fixtures.terminal import control_lines, verdict_table
+from fixtures.models import controls, catalogue as registry
+from fixtures.models.capture import capture_qkv
+from fixtures.models.families import kpca_oracle as oracle
+from fixtures.models.loading import load_model
+from fixtures.plugin.state import EXIT_INSTRUMENT_FAILURE
+from fixtures.plugin.terminal import control_lines, verdict_table
 from report.summary import summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,7 +254,7 @@ WRONG_EXPECTATION = '''
 import sys
 
 sys.path.insert(0, {root!r})  # loaded by -p before the checkout's conftest puts it on the path
-from fixtures import controls  # noqa: E402
+from fixtures.models import controls  # noqa: E402
 
 # a deliberately wrong expectation: V̂'s γ heads are supported by construction (and today)
 _c = controls.CONTROLS["kpca-oracle"]

@@ -81,8 +81,9 @@ def _child_env(extra: dict) -> dict:
 
 _CAPTURE = r"""
 import sys, torch
-from fixtures import models, registry, training
-from fixtures.capture_batches import capture_in_batches
+from fixtures.models import loading as models, catalogue as registry
+from fixtures import training
+from fixtures.models.capture_batches import capture_in_batches
 from fixtures.inputs.texts import default_texts
 out = {"capability": torch.backends.cpu.get_cpu_capability()}
 spec = registry.resolve_models("all-MiniLM-L6-v2")[0]
@@ -138,9 +139,9 @@ def test_captured_qkv_agree_across_emulated_cpus(captures, name, env):
 
 _RANDOM_INIT = r"""
 import json, sys, torch
-from fixtures import registry
-from fixtures.checkpoints import state_dict_hash
-from fixtures.families import get
+from fixtures.models import catalogue as registry
+from fixtures.models.checkpoints import state_dict_hash
+from fixtures.models.families import get
 out = {"capability": torch.backends.cpu.get_cpu_capability()}
 for key in sys.argv[1:]:
     spec = registry.REGISTRY[key]
@@ -174,7 +175,7 @@ def random_init_hashes():
 @pytest.mark.slow
 @pytest.mark.parametrize("name, env", _params())
 def test_random_init_weights_are_the_same_under_every_setting(random_init_hashes, name, env):
-    """Models built from a seed draw from the exact generator (fixtures/families/exact_random.py):
+    """Models built from a seed draw from the exact generator (fixtures/models/families/exact_random.py):
     the same weights, to the bit, under every emulated setting as under the native dispatch."""
     native = random_init_hashes("native", {})
     got = random_init_hashes(name, env)

@@ -112,7 +112,7 @@ def test_arch_mismatch_is_one_clear_sentence(pytester, tiny_checkpoint, tmp_path
 
 
 def test_assignment_threads_one_on_cpu_and_a_share_of_the_cores_beside_a_gpu(monkeypatch):
-    from fixtures import model_run as session
+    from fixtures.engine import layer_context as session
 
     monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
@@ -131,8 +131,9 @@ def test_head_chunks_for_long_sequences_give_the_same_numbers(tmp_path):
     padding of the per-token terms included; V and E agree within 1e-9 relative (batched
     eigensolvers: MKL rounds a misaligned matrix of the batch differently, ~1e-16)."""
     from fixtures.cache import Cache
-    from fixtures.registry import REGISTRY
-    from fixtures.session import ModelRun, RunOptions
+    from fixtures.models.catalogue import REGISTRY
+    from fixtures.engine.model_run import ModelRun
+    from fixtures.engine.run_options import RunOptions
 
     runs = {}
     for name, max_memory in (("whole", 2 * 1024**3), ("split", 1)):

@@ -1,4 +1,4 @@
-"""The exact random initialisation (fixtures/families/exact_random.py, method §13): its arithmetic
+"""The exact random initialisation (fixtures/models/families/exact_random.py, method §13): its arithmetic
 against known answers and independent routes (libm, SciPy, NumPy's own uniforms), the laws it
 draws, the build context (what it replaces, what it refuses, what it leaves alone) and the
 kpca-oracle's exact linear algebra. That the weights are the same under other CPU settings is
@@ -16,8 +16,8 @@ import scipy.stats
 import torch
 from torch import nn
 
-from fixtures.families import exact_random as xr
-from fixtures.families import kpca_oracle as oracle
+from fixtures.models.families import exact_random as xr
+from fixtures.models.families import kpca_oracle as oracle
 
 
 def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Model families (fixtures/families): the registry, the GPT-2 adapter on a random-init small GPT-2
+"""Model families (fixtures/models/families): the registry, the GPT-2 adapter on a random-init small GPT-2
 saved the way users save one (``save_pretrained`` + a locally trained byte-level BPE tokenizer,
 no hub access), capture parity against the module's own attention output, and a claims run in
 which claim J is skipped with the family's reason (method §5.5).
@@ -17,11 +17,12 @@ import pytest
 import torch
 
 import fixtures  # noqa: F401  (torchvision compat before timm/transformers)
-from fixtures import families, inputs
-from fixtures.capture import capture_qkv, recompute_attention
-from fixtures.checkpoints import CheckpointError
-from fixtures.models import arch_shape, load_model, spec_for_checkpoint, validate_checkpoint
-from fixtures.registry import FAMILIES, REGISTRY, ModelSpec
+from fixtures.models import families
+from fixtures import inputs
+from fixtures.models.capture import capture_qkv, recompute_attention
+from fixtures.models.checkpoints import CheckpointError
+from fixtures.models.loading import arch_shape, load_model, spec_for_checkpoint, validate_checkpoint
+from fixtures.models.catalogue import FAMILIES, REGISTRY, ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]

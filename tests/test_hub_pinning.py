@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 import fixtures  # noqa: F401  (torchvision shim before timm)
 import timm
-from fixtures import checkpoints, hub, models, registry
+from fixtures.models import checkpoints, hub, loading as models, catalogue as registry
 from fixtures.plugin import _apply_revisions
 from fixtures.training import METADATA_KEY
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import ini
+from fixtures.plugin import ini
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "control-vit_tiny_patch16_224"

@@ -251,7 +251,7 @@ def test_a_later_writer_removes_the_temporary_folder_of_a_killed_one(tmp_path):
 
 def test_results_file_gets_the_usual_permissions(tmp_path):
     """The atomic rewrite must not change who can read results.json (CI artifacts, shared runs)."""
-    from fixtures.cache import atomic_write_text
+    from report.atomic import atomic_write_text
 
     umask = os.umask(0o022)
     try:
@@ -415,7 +415,7 @@ def test_disk_full_midway_is_a_fault_not_a_verdict(workdir, tmp_path, small_disk
     assert "Traceback" not in done.stdout + done.stderr
     (paragraph,) = [line for line in done.stdout.splitlines() if line.startswith("FAULT")]
     assert paragraph.startswith("FAULT (exit 7, not a verdict): environment fault ")
-    assert "No space left on device" in paragraph and "fixtures/capture_batches.py" in paragraph
+    assert "No space left on device" in paragraph and "fixtures/models/capture_batches.py" in paragraph
     assert f"free space on the disk of the cache folder {disk / 'cache'}" in paragraph
     partial = results(out)
     assert partial["complete"] is False and partial["exit_status"] == 7

@@ -167,7 +167,7 @@ def test_a_claim_j_fit_that_cannot_discriminate_gives_its_reason_once():
     assert record["reason"].startswith(", ".join(sorted(claim_j.OURS_METRICS)) + " have no value: ")
     message = claim_j.message(record, "m L00")  # the full evidence (terminal, -v)
     assert message.count(why) == 1 and message.count("have no value") == 1, message
-    line = verdicts.one_line(record)  # what JUnit's skip message carries (fixtures/results.py)
+    line = verdicts.one_line(record)  # what JUnit's skip message carries (fixtures/plugin/results.py)
     assert line.count(why) == 1 and len(line.encode()) < 512, line
     # reasons that differ stay apart, each after its own metrics
     assert verdicts.missing_reason(["a", "b", "c"], {"a": "x", "c": "x", "b": "y"}) == \

@@ -1,4 +1,4 @@
-"""Registry, loaders and checkpoints: fixtures/registry.py and fixtures/models.py."""
+"""Registry, loaders and checkpoints: fixtures/models/catalogue.py and fixtures/models/loading.py."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import torch
 import fixtures  # noqa: F401  (torchvision compat before timm)
 from safetensors.torch import load_file, save_file
 
-from fixtures import models
-from fixtures import checkpoints, hub
-from fixtures.checkpoints import CheckpointError, state_dict_hash
-from fixtures.families.timm_vit import load_timm_pretrained_file
-from fixtures.models import ModelShapeError, load_model
-from fixtures.models import spec_for_checkpoint
-from fixtures.registry import GROUPS, REGISTRY, ModelSpec, register, resolve_models
+from fixtures.models import loading as models
+from fixtures.models import checkpoints, hub
+from fixtures.models.checkpoints import CheckpointError, state_dict_hash
+from fixtures.models.families.timm_vit import load_timm_pretrained_file
+from fixtures.models.loading import ModelShapeError, load_model
+from fixtures.models.loading import spec_for_checkpoint
+from fixtures.models.catalogue import GROUPS, REGISTRY, ModelSpec, register, resolve_models
 
 TINY_VIT = dict(depth=2, img_size=64)  # vit_tiny width (192, 3 heads of 64), 2 blocks, 16 patches
 TINY_BERT = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -114,7 +114,7 @@ def test_timm_registry_facts_match_the_architecture(spec):
                          ids=lambda s: s.key)
 def test_trained_registry_facts_match_their_training_config(spec):
     from fixtures import training
-    from fixtures.session import trained_config
+    from fixtures.engine.claim_session import trained_config
 
     config = trained_config(spec)
     model = training.build_model(config)

@@ -285,10 +285,11 @@ def test_training_dynamics_and_one_seed_end_to_end(pytester, tmp_path):
 
 
 def test_a_new_seed_trains_the_default_recipe_with_only_the_seed_changed(monkeypatch, tmp_path):
-    from fixtures import seeds, training
-    from fixtures.registry import REGISTRY
-    from fixtures.run_options import RunOptions
-    from fixtures.session import ClaimSession, trained_config
+    from fixtures.engine import seed_runs as seeds
+    from fixtures import training
+    from fixtures.models.catalogue import REGISTRY
+    from fixtures.engine.run_options import RunOptions
+    from fixtures.engine.claim_session import ClaimSession, trained_config
 
     spec = REGISTRY["tiny-vit-digits-softmax"]
     session = ClaimSession({spec.key: spec}, RunOptions(cache_dir=str(tmp_path)))

@@ -12,9 +12,10 @@ import torch
 from checks.value_vectors import value_vector_metrics_batched
 from claims import claim_v, verdicts
 from claims import multiverse as mv
-from fixtures import multiverse as fmv
-from fixtures.model_run import LayerContext, ModelRun
-from fixtures.run_options import RunOptions
+from fixtures.engine import multiverse_metrics as fmv
+from fixtures.engine.layer_context import LayerContext
+from fixtures.engine.model_run import ModelRun
+from fixtures.engine.run_options import RunOptions
 
 S, R, I, U = verdicts.SUPPORTED, verdicts.REFUTED, verdicts.INCONCLUSIVE, verdicts.UNDETERMINED
 B, H, N, D = 6, 2, 12, 4

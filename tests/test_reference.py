@@ -100,7 +100,7 @@ def test_readme_block_agrees_with_the_shipped_reference():
 
 
 def test_shipped_reference_is_command_1_with_its_trained_model_hashes():
-    from fixtures.training import reference as hashes
+    from fixtures.training import shipped_hashes as hashes
 
     ref = _shipped_reference()
     assert ref["complete"] and "numeric_environment" in ref["provenance"]
@@ -120,7 +120,7 @@ def test_default_trained_models_reproduce_the_shipped_hashes():
     """Training the default tiny ViTs (pinned numeric environment) gives the shipped checkpoint
     files to the bit; uses the user's cache (trains there, minutes, when it has no series)."""
     from fixtures.training import cached_series
-    from fixtures.training import reference as hashes
+    from fixtures.training import shipped_hashes as hashes
 
     cache = Path(os.environ.get("KPCA_CACHE", ROOT / ".kpca-cache"))
     shipped = hashes.load()

@@ -182,7 +182,7 @@ def _linear_model():
 
 
 def test_fgsm_and_pgd_stay_in_the_ball_and_raise_the_loss():
-    from fixtures.rpc_study import fgsm, pgd
+    from fixtures.engine.rpc_study import fgsm, pgd
 
     model = _linear_model()
     x = torch.rand(8, 1, 4, 4, generator=_gen(9), dtype=F64)
@@ -202,7 +202,7 @@ def test_fgsm_and_pgd_stay_in_the_ball_and_raise_the_loss():
 
 
 def test_pixel_digits_are_what_the_models_see():
-    from fixtures.rpc_study import RECIPE, pixel_digits
+    from fixtures.engine.rpc_study import RECIPE, pixel_digits
 
     config = TrainConfig(variant="symvit", **RECIPE)
     x, y, mean, std = pixel_digits(config)
@@ -307,7 +307,7 @@ class _Config:
 def test_rpc_tests_run_only_when_the_mark_expression_names_them(markexpr, runs):
     """Without ``-m`` naming ``rpc`` claim R's tests are deselected (reported as such); with it,
     pytest's own ``-m`` decides (``not rpc`` then deselects them itself)."""
-    from fixtures.rpc_plugin import pytest_collection_modifyitems
+    from fixtures.plugin.rpc import pytest_collection_modifyitems
 
     items = [_Item("test_value_vectors", False), _Item("test_clean_accuracy", True)]
     config = _Config(markexpr)
@@ -349,7 +349,7 @@ def test_report_section_shows_the_label_records_and_not_checked(tmp_path):
 
 
 def test_terminal_verdict_table_counts_claim_r_conditions():
-    from fixtures.terminal import verdict_table
+    from fixtures.plugin.terminal import verdict_table
 
     study = _study([0.95, 0.86, 0.9, 0.87, 0.93], [0.9, 0.8, 0.85, 0.82, 0.88])
     records = [claim_r.clean_record(study), claim_r.attack_record(study, "pgd", 0.02),
@@ -363,7 +363,7 @@ def test_terminal_verdict_table_counts_claim_r_conditions():
 def test_bad_rpc_options_are_usage_errors_naming_the_option(option, value):
     from types import SimpleNamespace
 
-    from fixtures.rpc_plugin import settings_from
+    from fixtures.plugin.rpc import settings_from
 
     given = {"--rpc-seeds": 5, "--rpc-epochs": 15, "--rpc-attack-samples": 0,
              "--rpc-pgd-steps": 20, option: value}

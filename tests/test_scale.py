@@ -23,7 +23,7 @@ SMALL = ("--models", "random-vit_tiny_patch16_224,random-bert-minilm-shape", "--
 
 # ----------------------------------------------------------------------------------- shards
 def test_parse_shard_accepts_k_of_n_and_refuses_the_rest():
-    from fixtures.shard import parse_shard
+    from fixtures.plugin.shard import parse_shard
 
     assert parse_shard("1/1") == (1, 1) and parse_shard(" 3 / 4 ") == (3, 4)
     for bad in ("0/2", "3/2", "1/0", "x", "1-2", "", "-1/2", "1/2/3"):
@@ -33,8 +33,8 @@ def test_parse_shard_accepts_k_of_n_and_refuses_the_rest():
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
 def test_shards_cover_every_model_once_and_balance_the_estimated_cost(count):
-    from fixtures import registry
-    from fixtures.shard import assign, model_cost
+    from fixtures.models import catalogue as registry
+    from fixtures.plugin.shard import assign, model_cost
 
     specs = registry.resolve_models(["paper", "default"])
     costs = {s.key: model_cost(s, s.n_layers, s.n_heads, 100, 128) for s in specs}
@@ -274,7 +274,7 @@ def test_report_without_merge_still_renders_one_results_file(tmp_path):
 
 # ------------------------------------------------------------------------------- devices
 def test_resolve_device_refuses_what_this_machine_cannot_run(monkeypatch):
-    from fixtures.device import resolve_device
+    from fixtures.engine.device import resolve_device
 
     assert resolve_device(None) == "cpu" and resolve_device("CPU") == "cpu"
     for bad, words in (("tpu", "is not a device"), ("cuda:x", "is not a device"),
@@ -294,7 +294,7 @@ def test_resolve_device_refuses_what_this_machine_cannot_run(monkeypatch):
 
 
 def test_cuda_maps_workers_to_gpus_and_cuda_n_pins_one(monkeypatch):
-    from fixtures.device import resolve_device
+    from fixtures.engine.device import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -316,8 +316,8 @@ def test_device_cuda_without_cuda_stops_the_run_with_one_sentence(pytester, tmp_
 
 
 def test_the_switch_sends_the_cpu_down_the_accelerator_path(monkeypatch):
-    from fixtures import model_run as session
-    from fixtures.device import ACCELERATOR_PATH_ENV, on_accelerator_path
+    from fixtures.engine import layer_context as session
+    from fixtures.engine.device import ACCELERATOR_PATH_ENV, on_accelerator_path
 
     monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
@@ -335,9 +335,10 @@ def test_accelerator_path_on_the_cpu_gives_the_cpu_numbers(tmp_path, monkeypatch
     The p2-code values keep the eigensolver's own signs (P2's convention, method §8), so they are
     compared only where both paths batch alike (the default --max-memory here)."""
     from fixtures.cache import Cache
-    from fixtures.device import ACCELERATOR_PATH_ENV
-    from fixtures.registry import REGISTRY
-    from fixtures.session import ModelRun, RunOptions
+    from fixtures.engine.device import ACCELERATOR_PATH_ENV
+    from fixtures.models.catalogue import REGISTRY
+    from fixtures.engine.model_run import ModelRun
+    from fixtures.engine.run_options import RunOptions
 
     spec = REGISTRY["random-vit_tiny_patch16_224"]
     monkeypatch.delenv(ACCELERATOR_PATH_ENV, raising=False)

@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 
 import fixtures  # noqa: F401
 import timm
-from fixtures.series import SeriesError, resolve_series, series_specs, step_of
+from fixtures.models.checkpoint_series import SeriesError, resolve_series, series_specs, step_of
 
 
 def _touch(folder: Path, *names: str) -> list[Path]:

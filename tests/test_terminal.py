@@ -13,9 +13,10 @@ import pytest
 import fixtures  # noqa: F401  (torchvision shim before timm)
 import timm  # noqa: F401  (imported here so that in-process runs never import (and register) it twice)
 from claims import verdicts
-from fixtures import capture, models  # noqa: F401  (likewise)
-from fixtures import plugin, progress, session  # noqa: F401  (session: likewise)
-from fixtures.session import set_progress_writer
+from fixtures.models import capture, loading as models  # noqa: F401  (likewise)
+from fixtures import plugin
+from fixtures.engine import progress, claim_session as session  # noqa: F401  (session: likewise)
+from fixtures.engine.progress import set_progress_writer
 from report.render import display_path, scrub_paths
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -413,8 +413,8 @@ def test_step_zero_of_both_variants_share_weights_but_not_a_capture():
     identical weights (same seed; standardised attention has no parameters), so a capture keyed
     on the weights alone served one variant the other's q, k, v, depending on which a worker
     captured first. The capture key also holds the model's module classes."""
-    from fixtures.checkpoints import state_dict_hash
-    from fixtures.session import module_fingerprint
+    from fixtures.models.checkpoints import state_dict_hash
+    from fixtures.engine.model_run import module_fingerprint
     from fixtures.training import TrainConfig, build_model
 
     softmax = build_model(TrainConfig(variant="softmax"))

@@ -3,7 +3,7 @@ verdict beside the verdicts it got, instrument failures highlighted, and the num
 them; shown before the models under test, which the rest of the report is about.
 
 A record is a control's when it carries ``control`` (its role) and ``expected``
-(fixtures/controls.py writes both); results files without them have no Controls section.
+(fixtures/models/controls.py writes both); results files without them have no Controls section.
 """
 
 from __future__ import annotations
