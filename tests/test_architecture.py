@@ -307,6 +307,30 @@ def test_the_checks_find_what_they_look_for():
     assert layer_of("fixtures") == layer_of("fixtures.numeric_env") == "fixtures"
 
 
+def test_light_jobs_import_light_modules(tmp_path):
+    """The cache and a checkpoint's training metadata are read without the report's templates
+    (Jinja, the claim registry) and without timm or the training loop."""
+    import subprocess
+    import sys
+
+    from safetensors.torch import save_file
+    import torch
+
+    ckpt = tmp_path / "w.safetensors"
+    save_file({"w": torch.zeros(2)}, str(ckpt), metadata={"kpca_claims_training": '{"variant": "softmax"}'})
+    code = ("import sys\n"
+            "from fixtures.cache import Cache, code_fingerprint\n"
+            "from fixtures.models.checkpoints import training_variant\n"
+            f"training_variant({str(ckpt)!r})\n"
+            "heavy = [m for m in ('jinja2', 'report', 'report.render', 'claims.registry', 'timm',\n"
+            "                     'fixtures.training.series', 'fixtures.engine.model_run') if m in sys.modules]\n"
+            "print(heavy)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_imports_are_classified_by_where_they_run():
     src = ("import os\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import checks.gram\n"
            "try:\n    from checks import spectrum\nexcept ImportError:\n    pass\n"
