@@ -285,8 +285,9 @@ def format_diff(d: Diff, run_path, ref_path, run: dict, ref: dict, show_all: boo
         out += rows
     for kind, w in sorted(d.presence.items()):
         tol = TOLERANCES[kind]
-        out.append(f"{kind}: {w.n} numbers compared for presence and finiteness only ({tol.why}); "
-                   f"largest relative difference {w.rel:.2g} at {w.path}"
+        out.append(f"{kind}: {w.n} numbers compared for presence and finiteness only, never "
+                   f"judged (report/tolerances.py); largest relative difference {w.rel:.2g} at "
+                   f"{w.path}"
                    + (f"; {w.outside} not finite on one side only" if w.outside else ""))
     verdict = {REPRODUCES: "REPRODUCES the reference (exit 0)",
                CHANGED: "DOES NOT REPRODUCE the reference: see above (exit 6)",
