@@ -20,7 +20,7 @@ CLAIM, GAMMA = "claim_e", "claim_e_gamma"
 #: The true eigenvectors' values in exact arithmetic, the anchors of the three γ positions
 #: (method §4.2, "Precision"): relative spread 0, ρ 0, 1 − ω 0. The measured eigen control is
 #: the eigensolver's round-off amplified by 1/(μ_k·â_ik) (up to 3e-3 on heads with a graded
-#: spectrum) and is reported beside, not used as an anchor.
+#: spectrum): it only decides whether there is a contrast at all (the perturbed control above it).
 EXACT_EIGEN = 0.0
 #: Every pair of routes whose ratio ``max_route_ratio`` takes the largest of (method §4).
 ROUTE_PAIRS = tuple(itertools.combinations(ROUTES, 2))
@@ -164,7 +164,7 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     undefined: dict[str, str] = {}
 
     def contrast() -> float:  # method §6.2: without contrast between the controls, no position
-        if not means["perturbed"] > EXACT_EIGEN:
+        if not means["perturbed"] > means["eigen"]:
             raise UndefinedValueError("the perturbed control's spread does not exceed the true "
                                       "eigenvectors' spread: no contrast to judge by")
         return position_between(means["learned"], EXACT_EIGEN, means["perturbed"])
@@ -320,7 +320,7 @@ def subspace_summary(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor) 
 
     def between(metric: str, values: dict, what: str, who: str = "learned") -> float | None:
         def contrast() -> float:
-            if not values["perturbed"] > EXACT_EIGEN:
+            if not values["perturbed"] > values["eigen"]:
                 raise UndefinedValueError(f"the perturbed control's {what} does not exceed the "
                                           "true eigenvectors': no contrast to judge by")
             return position_between(values[who], EXACT_EIGEN, values["perturbed"])
@@ -397,8 +397,11 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[
         weights.shape[0], *values.shape[1:])
     counts = (weights @ k).unsqueeze(-1)
     draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, math.nan))
-    gap = draws[..., 2] - EXACT_EIGEN  # the exact eigenvectors anchor the position (method §4.2)
-    position = torch.where(gap > 0, (draws[..., 0] - EXACT_EIGEN) / gap.clamp_min(1e-300),
+    # a contrast needs the perturbed control above the measured eigen control; the position is
+    # then anchored at the exact eigenvectors' value (method §4.2, "Precision")
+    gap = draws[..., 2] - EXACT_EIGEN
+    position = torch.where(draws[..., 2] > draws[..., 1],
+                           (draws[..., 0] - EXACT_EIGEN) / gap.clamp_min(1e-300),
                            torch.full_like(gap, math.inf))
     ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level,
                              n=int(k.shape[0])).tolist()

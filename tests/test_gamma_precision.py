@@ -162,6 +162,11 @@ def test_gamma_positions_anchor_at_the_exact_eigenvectors_not_the_measured_contr
     # the interval too: the same resamples (the seed is per model and layer), the same bounds
     same_layer = claim_e.head_record("m", 0, 0, _terms(eigen=3e-3)).to_json()
     assert same_layer["ci"]["gamma_position"] == exact["ci"]["gamma_position"]
+    # the measured control still says whether there is a contrast at all: a perturbed control
+    # no farther from constant than the true eigenvectors gives no position
+    flat = claim_e.head_record("m", 0, 0, _terms(eigen=0.9)).to_json()
+    assert flat["metrics"]["gamma_position"] is None
+    assert "no contrast" in flat["undefined"]["gamma_position"]
 
 
 def test_omega_moved_by_round_off_is_reported_not_judged():
