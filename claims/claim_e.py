@@ -17,6 +17,11 @@ from .names import E_ROUTES as ROUTES
 from .records import EHeadRecord, EModelRecord
 
 CLAIM, GAMMA = "claim_e", "claim_e_gamma"
+#: The true eigenvectors' values in exact arithmetic, the anchors of the three γ positions
+#: (method §4.2, "Precision"): relative spread 0, ρ 0, 1 − ω 0. The measured eigen control is
+#: the eigensolver's round-off amplified by 1/(μ_k·â_ik) (up to 3e-3 on heads with a graded
+#: spectrum): it only decides whether there is a contrast at all (the perturbed control above it).
+EXACT_EIGEN = 0.0
 #: Every pair of routes whose ratio ``max_route_ratio`` takes the largest of (method §4).
 ROUTE_PAIRS = tuple(itertools.combinations(ROUTES, 2))
 
@@ -162,13 +167,15 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
         if not means["perturbed"] > means["eigen"]:
             raise UndefinedValueError("the perturbed control's spread does not exceed the true "
                                       "eigenvectors' spread: no contrast to judge by")
-        return position_between(means["learned"], means["eigen"], means["perturbed"])
+        return position_between(means["learned"], EXACT_EIGEN, means["perturbed"])
 
     position = defined("gamma_position", contrast, undefined)
     subspace = subspace_summary(t, head, keep)
+    imprecise: dict[str, float] = {}
     if subspace is not None:
         undefined.update(subspace.pop("undefined"))
-    closer = (torch.abs(t["gamma_learned"][:, head] - t["gamma_eigen"][:, head])
+        imprecise = imprecise_overlaps(t, head, keep, subspace, undefined)
+    closer = (torch.abs(t["gamma_learned"][:, head] - EXACT_EIGEN)
               < torch.abs(t["gamma_learned"][:, head] - t["gamma_perturbed"][:, head]))
     metrics = {**means, "gamma_position": position,
                "gamma_subspace_position": None if subspace is None else subspace["position"],
@@ -223,7 +230,9 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
                           if k in subspace})
     if subspace is not None:
         record.extra["directions"] = {k: v for k, v in subspace["directions"].items()
-                                      if k != "position"}
+                                      if k != "position" and k not in imprecise}
+    if imprecise:  # reported, never judged; compared across machines as `ill_conditioned`
+        record.extra["directions_imprecise"] = imprecise
     if null is not None:
         record.extra["null"] = null
         record.extra["vs_null"] = {"gamma_subspace_residual": vs_null}
@@ -254,6 +263,39 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     return record
 
 
+def imprecise_overlaps(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor,
+                       subspace: dict, undefined: dict[str, str]) -> dict[str, float]:
+    """The direction overlaps ω of ``subspace`` that are not determined at float64 (method §4.2,
+    "Precision"): where round-off alone moves ω of a kept sample by more than
+    :data:`checks.gamma.OVERLAP_PRECISION_BAR` (``gamma_<name>_directions_precision``), that
+    candidate's mean ω is taken out of ``subspace["directions"]`` and returned (``{"learned": ω,
+    "null": ω}``, either or both), and the positions built on it become undefined: the head's
+    ``gamma_direction_position`` (with its reason in ``undefined``) for the learned axes, the null's
+    own direction position for the null."""
+    from checks.gamma import OVERLAP_PRECISION_BAR
+
+    out: dict[str, float] = {}
+    for name in ("learned", "null"):
+        key = f"gamma_{name}_directions_precision"
+        if key not in t or name not in subspace["directions"]:
+            continue
+        moved = t[key][:, head].to(torch.float64)[keep]
+        n_bad = int((moved > OVERLAP_PRECISION_BAR).sum())
+        if n_bad == 0:
+            continue
+        out[name] = subspace["directions"].pop(name)
+        if name == "learned":
+            subspace["directions"]["position"] = None
+            undefined["gamma_direction_position"] = (
+                f"omega of the learned axes is not determined at float64 in {n_bad} of "
+                f"{int(keep.sum())} samples: round-off alone moves it by more than "
+                f"{OVERLAP_PRECISION_BAR:g} (few tokens carry g, so span(A_hat) or its image has "
+                "directions at round-off; method §4.2)")
+        elif subspace.get("null_positions") is not None:
+            subspace["null_positions"]["gamma_direction_position"] = None
+    return out
+
+
 def subspace_summary(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor) -> dict | None:
     """Means over the kept samples of the invariant-subspace residuals ρ of the learned axes and
     the two controls, and the learned axes' position between them (method §4.2); the same for
@@ -281,7 +323,7 @@ def subspace_summary(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor) 
             if not values["perturbed"] > values["eigen"]:
                 raise UndefinedValueError(f"the perturbed control's {what} does not exceed the "
                                           "true eigenvectors': no contrast to judge by")
-            return position_between(values[who], values["eigen"], values["perturbed"])
+            return position_between(values[who], EXACT_EIGEN, values["perturbed"])
         return defined(metric, contrast, undefined if who == "learned" else {})
 
     loss = {name: 1.0 - x for name, x in directions.items()}  # 1 − ω: 0 when invariant
@@ -355,8 +397,11 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[
         weights.shape[0], *values.shape[1:])
     counts = (weights @ k).unsqueeze(-1)
     draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, math.nan))
-    gap = draws[..., 2] - draws[..., 1]
-    position = torch.where(gap > 0, (draws[..., 0] - draws[..., 1]) / gap.clamp_min(1e-300),
+    # a contrast needs the perturbed control above the measured eigen control; the position is
+    # then anchored at the exact eigenvectors' value (method §4.2, "Precision")
+    gap = draws[..., 2] - EXACT_EIGEN
+    position = torch.where(draws[..., 2] > draws[..., 1],
+                           (draws[..., 0] - EXACT_EIGEN) / gap.clamp_min(1e-300),
                            torch.full_like(gap, math.inf))
     ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level,
                              n=int(k.shape[0])).tolist()
@@ -425,6 +470,8 @@ def gamma_terms(gamma: dict) -> dict[str, torch.Tensor]:
     for name in ("learned", "eigen", "perturbed", "null"):  # method §4.2
         terms[f"gamma_{name}_subspace"] = gamma[f"{name}_subspace"]
         terms[f"gamma_{name}_directions"] = gamma[f"{name}_directions"]
+    for name in ("learned", "null"):  # how far round-off moves ω (method §4.2, "Precision")
+        terms[f"gamma_{name}_directions_precision"] = gamma[f"{name}_directions_precision"]
     return terms
 
 

@@ -104,6 +104,7 @@ class Diff:
     only_run: list[str] = field(default_factory=list)
     only_ref: list[str] = field(default_factory=list)
     worst: dict = field(default_factory=dict)  # (claim, model) -> {metric: Worst}
+    presence: dict = field(default_factory=dict)  # kind -> Worst, kinds not compared by value
     n_records: int = 0
     n_numbers: int = 0
 
@@ -206,14 +207,20 @@ def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> None:
             d.n_numbers += 1
             w = group.setdefault(_metric(path), Worst(kind=kind))
             w.n += 1
-            r = rel_diff(abs(fa), abs(fb)) if kind == "p2_code" else rel_diff(fa, fb)
+            r = rel_diff(fa, fb)
             ok = tol.agree(fa, fb)
             if not ok:
                 w.outside += 1
                 d.outside.append(f"{rid} {path}: {_show(vb)} → {_show(va)} (relative "
-                                 f"{r:.2g}; {kind} tolerance rel {tol.rel:g}, abs {tol.abs:g})")
+                                 f"{r:.2g}; {kind} tolerance {tol.describe()})")
             if r > w.rel or not w.path:
                 w.rel, w.path, w.run, w.ref = r, path, fa, fb
+            if not tol.by_value:
+                p = d.presence.setdefault(kind, Worst(kind=kind))
+                p.n += 1
+                p.outside += not ok
+                if r > p.rel or not p.path:
+                    p.rel, p.path, p.run, p.ref = r, f"{rid} {path}", fa, fb
         elif va != vb:
             d.exact.append(f"{rid} {path}: {_show(vb)} → {_show(va)}")
 
@@ -267,13 +274,21 @@ def format_diff(d: Diff, run_path, ref_path, run: dict, ref: dict, show_all: boo
         out.append("largest relative difference per claim × model (its metric, kind, tolerance):")
         rows = []
         for (claim, model), metrics in sorted(d.worst.items(), key=lambda kv: tuple(map(str, kv[0]))):
-            items = sorted(metrics.items(), key=lambda kv: (-kv[1].outside, -kv[1].rel))
+            # numbers compared by value first: a solver-dependent one is listed below them
+            items = sorted(metrics.items(), key=lambda kv: (
+                -kv[1].outside, not TOLERANCES[kv[1].kind].by_value, -kv[1].rel))
             for metric, w in (items if show_all else items[:1]):
                 tol = TOLERANCES[w.kind]
                 rows.append(f"  {claim:<3} {model:<34} {metric:<32} {w.rel:>9.2g}  "
-                            f"{w.kind:<9} rel {tol.rel:g} abs {tol.abs:g}"
+                            f"{w.kind:<9} {tol.describe()}"
                             + (f"  {w.outside} outside" if w.outside else ""))
         out += rows
+    for kind, w in sorted(d.presence.items()):
+        tol = TOLERANCES[kind]
+        out.append(f"{kind}: {w.n} numbers compared for presence and finiteness only, never "
+                   f"judged (report/tolerances.py); largest relative difference {w.rel:.2g} at "
+                   f"{w.path}"
+                   + (f"; {w.outside} not finite on one side only" if w.outside else ""))
     verdict = {REPRODUCES: "REPRODUCES the reference (exit 0)",
                CHANGED: "DOES NOT REPRODUCE the reference: see above (exit 6)",
                NOT_COMPARABLE: "NOT COMPARABLE with the reference (exit 4)"}[d.status]

@@ -23,7 +23,8 @@ def _results() -> dict:
     rec_e = {"claim": "E", "level": "head", "model": "m", "layer": 0, "head": 1,
              "test_id": "test_gamma_constancy[m-L00-H1]", "verdict": "refuted",
              "verdicts": {"p2": "refuted", "ours": "refuted"},
-             "metrics": {"eigen": 4e-14, "gamma_position": 1.1}}
+             "metrics": {"eigen": 4e-14, "gamma_position": 1.1}, "abs": {"eigen": 3e-19},
+             "directions_imprecise": {"learned": 0.39}}
     rec_j = {"claim": "J", "level": "series", "model": "m", "layer": None, "head": None,
              "test_id": "test_projection_trend[m]", "verdict": "refuted",
              "verdicts": {"p2": "refuted", "ours": "refuted"},
@@ -48,14 +49,39 @@ def test_identical_runs_reproduce():
 def test_round_off_within_tolerance_and_other_cache_folder_reproduce():
     run = _results()
     run["records"][0]["metrics"]["optimal_cosine"] *= 1 + 3e-7
-    run["records"][1]["metrics"]["eigen"] = 7e-14          # round-off kind: absolute bound
-    run["records"][0]["p2_code"]["direct_cosine"] = 0.2     # p2_code: solver sign is free
+    run["records"][1]["abs"]["eigen"] = 7e-14              # round-off kind: absolute bound
+    run["records"][1]["metrics"]["eigen"] = 3e-3           # solver-dependent: finiteness only
+    run["records"][0]["p2_code"]["direct_cosine"] = 0.2     # solver-dependent: sign is free
+    run["records"][1]["directions_imprecise"]["learned"] = 0.393  # ill-conditioned: 0.1 relative
     run["records"][2]["series"][0]["checkpoint"] = "/other/cache/trained/x/step_000000.safetensors"
     run["records"][0]["evidence"] = "optimal_cosine 0.3100001"  # text: through its numbers
     run["provenance"]["numeric_environment"]["torch_cpu_capability"] = "DEFAULT"
     d = diff.compare(run, _results())
     assert d.status == diff.REPRODUCES, d
     assert any("torch_cpu_capability: AVX2 → DEFAULT" in line for line in d.informational)
+    text = diff.format_diff(d, "run.json", "ref.json", run, _results())
+    line = next(x for x in text.splitlines() if x.startswith("solver_dependent:"))
+    assert "2 numbers compared for presence and finiteness only" in line, text
+    assert "largest relative difference 2 at test_value_vectors[m-L00-H1] p2_code" in line, text
+
+
+@pytest.mark.parametrize("path, value", [
+    ("p2_code.direct_cosine", float("nan")), ("metrics.eigen", float("inf")),
+    ("directions_imprecise.learned", 0.5), ("routes.naive_float32.stats.min.mean", 1.01e-6)])
+def test_a_declared_kind_still_catches_what_it_bounds(path, value):
+    """Solver-dependent numbers must stay present and finite; ill-conditioned and float32 ones
+    within their measured relative bounds (0.1 and 1e-3)."""
+    run, ref = _results(), _results()
+    for r in (run, ref):
+        r["records"][1]["routes"] = {"naive_float32": {"stats": {"min": {"mean": 1e-6}}}}
+        r["records"][1]["p2_code"] = {"direct_cosine": -0.2}
+    rec, key = run["records"][1], path.split(".")
+    for part in key[:-1]:
+        rec = rec[part]
+    rec[key[-1]] = value
+    d = diff.compare(run, ref)
+    assert d.status == diff.CHANGED and len(d.outside) == 1 and path in d.outside[0], d.outside
+    assert kind_of(path, value) in d.outside[0]
 
 
 def test_a_number_outside_its_tolerance_is_a_change():
@@ -101,8 +127,20 @@ def test_kinds_and_tolerances_are_declared_once():
     assert kind_of("metrics.optimal_cosine", 0.3) == "judged"
     assert kind_of("ci.optimal_cosine[0]", 0.3) == "interval"
     assert kind_of("ci_null.kernel_cka[1]", 0.3) == "interval"
-    assert kind_of("metrics.eigen", 1e-14) == "round_off"
-    assert kind_of("p2_code.pearson", 0.1) == "p2_code"
+    assert kind_of("abs.eigen", 1e-19) == "round_off"
+    assert kind_of("subspace.eigen", 1e-16) == "round_off"
+    assert kind_of("metrics.eigen", 1e-14) == "solver_dependent"
+    assert kind_of("ci.eigen[1]", 1e-14) == "solver_dependent"
+    assert kind_of("p2_code.pearson", 0.1) == "solver_dependent"
+    assert kind_of("directions_imprecise.null", 0.3) == "ill_conditioned"
+    assert kind_of("routes.naive_float32.stats.max.std", 0.3) == "float32"
+    assert kind_of("metrics.max_route_ratio", 1.2) == "float32"
+    assert kind_of("ci.max_route_ratio[0]", 1.2) == "float32"
+    assert kind_of("routes.log_raw.stats.max.std", 0.3) == "judged"
+    solver = TOLERANCES["solver_dependent"]
+    assert solver.agree(0.2, -0.2) and solver.agree(1e-5, 3e-3)
+    assert not solver.agree(0.2, float("nan")) and not solver.agree(float("inf"), 1.0)
+    assert TOLERANCES["float32"].agree(1.0, 1.0 + 9e-4) and not TOLERANCES["float32"].agree(1.0, 1.002)
     assert kind_of("evidence", "x") == "text"
     assert kind_of("verdict", "refuted") == "exact" and kind_of("n_samples", 6) == "exact"
     judged = TOLERANCES["judged"]
