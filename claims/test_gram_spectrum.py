@@ -8,7 +8,7 @@ eigenvectors and P2's perturbed basis. Thresholds: thresholds.toml.
 import pytest
 
 from claims import claim_e
-from claims.verdicts import assert_supported
+from claims.outcome import assert_supported
 
 pytestmark = pytest.mark.kpca_claim("E")  # the claim these tests judge (claims/registry.py)
 

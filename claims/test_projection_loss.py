@@ -7,7 +7,7 @@ checkpoint series: the trend of J_proj and which term carries it. Thresholds: th
 import pytest
 
 from claims import claim_j
-from claims.verdicts import assert_supported
+from claims.outcome import assert_supported
 
 pytestmark = pytest.mark.kpca_claim("J")  # the claim these tests judge (claims/registry.py)
 

@@ -7,7 +7,7 @@ inconclusive, and is skipped when V̂ is undetermined. Thresholds: claims/thresh
 import pytest
 
 from claims import claim_v
-from claims.verdicts import assert_supported
+from claims.outcome import assert_supported
 
 pytestmark = pytest.mark.kpca_claim("V")  # the claim these tests judge (claims/registry.py)
 

@@ -31,7 +31,7 @@ TOY_CLAIM = '''
     import torch
 
     from claims import registry, verdicts
-    from claims.verdicts import assert_supported
+    from claims.outcome import assert_supported
 
     BAR = {"value": 0.9, "source": "toy bar of tests/test_claim_interface.py"}
 
@@ -152,7 +152,7 @@ def test_a_spec_may_give_its_computation_as_a_callable():
         return {}
 
     assert registry.resolve(compute) is compute
-    assert registry.resolve("claims.claim_v:layer_metrics").__name__ == "layer_metrics"
+    assert registry.resolve("claims.value_layer:layer_metrics").__name__ == "layer_metrics"
 
 
 def test_a_claims_own_thresholds_join_the_files_and_may_not_contradict_it():
@@ -196,7 +196,7 @@ def test_the_cache_key_of_a_claims_metrics_covers_its_own_code(tmp_path):
 
     from fixtures.engine.model_run import _claim_code
 
-    assert _claim_code(registry.get("V")) == ("fixtures.engine.model_run", "claims.claim_v")
+    assert _claim_code(registry.get("V")) == ("fixtures.engine.model_run", "claims.value_layer")
     assert _claim_code(registry.get("J"))[-1] == "claims.claim_j"
     assert "fixtures.engine.rpc_study" in _claim_code(registry.get("R"))
     # a claim defined outside the project: its file, by absolute path

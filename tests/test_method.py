@@ -18,7 +18,7 @@ from checks.errors import UndefinedValueError, defined
 from checks.gram import KeyGram
 from checks.projection_summary import pooled_terms, spearman_rho
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_e, claim_j, claim_r, claim_v, verdicts
+from claims import claim_e, claim_j, claim_r, claim_v, gamma_stats, outcome, verdicts
 from tests._helpers import F64
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,7 @@ def test_a_claim_j_fit_that_cannot_discriminate_gives_its_reason_once():
     assert record["reason"].startswith(", ".join(sorted(claim_j.OURS_METRICS)) + " have no value: ")
     message = claim_j.message(record, "m L00")  # the full evidence (terminal, -v)
     assert message.count(why) == 1 and message.count("have no value") == 1, message
-    line = verdicts.one_line(record)  # what JUnit's skip message carries (fixtures/plugin/results.py)
+    line = outcome.one_line(record)  # what JUnit's skip message carries (fixtures/plugin/results.py)
     assert line.count(why) == 1 and len(line.encode()) < 512, line
     # reasons that differ stay apart, each after its own metrics
     assert verdicts.missing_reason(["a", "b", "c"], {"a": "x", "c": "x", "b": "y"}) == \
@@ -538,7 +538,7 @@ def _chance_margin_probe(path, tmp_path, monkeypatch):
         keep = torch.ones(20, 1, dtype=torch.bool)
 
         def at_chance():
-            return claim_e.chance_tests(t, keep, 0)[0]["at_chance"]
+            return gamma_stats.chance_tests(t, keep, 0)[0]["at_chance"]
     else:
         terms = _j_ours_terms({"output_r2": 0.0}, samples=20, spread=0.01)
 
