@@ -2,10 +2,12 @@
 
 This module holds only their declarations (standard library, no torch), so that ``import claims``
 registers them cheaply, for the report as for the runtime. Each claim's code lives in its own
-module: ``claims/claim_v.py`` holds claim V's per-layer computation (``layer_metrics``, called by
-the session) and its records and verdicts, and likewise ``claim_j.py`` and ``claim_e.py``; their
-rules are the ``claim_v*``, ``claim_j*`` and ``claim_e*`` sections of ``claims/thresholds.toml``;
-their tests are the thin ``claims/test_*.py`` named by ``tests``. A claim from outside this
+modules: ``claims/claim_v.py`` holds claim V's records, verdicts and per-sample rows, and
+``claims/value_layer.py`` its per-layer computation (``layer_metrics``, called by the session);
+likewise ``claim_j.py`` with ``projection_layer.py`` and ``claim_e.py`` with ``gram_layer.py``.
+Their rules are the ``claim_v*``, ``claim_j*`` and ``claim_e*`` sections of
+``claims/thresholds.toml`` (which section judges which record level: ``record_sections``); their
+tests are the thin ``claims/test_*.py`` named by ``tests``. A claim from outside this
 repository declares its spec wherever it is defined (docs/architecture.md, "Adding a claim").
 """
 
@@ -34,7 +36,7 @@ J = register(ClaimSpec(
     statement="J_proj = mean over queries of ‖φ(q)‖² − ‖h‖² is a projection error: "
               "non-negative, and falling over training.",
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
-    layer_metrics="claims.claim_j:layer_metrics",
+    layer_metrics="claims.projection_layer:layer_metrics",
     metrics=J_METRICS, report_context="report.sections.claim_j:context",
     # per-token tensors are NaN past each sample's own token count (method §3.7)
     nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq"),

@@ -146,7 +146,10 @@ def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
 
 
 def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
-                rules: str = "ours") -> EHeadRecord:
+                rules: str = "ours", cache: dict | None = None) -> EHeadRecord:
+    """The γ record of one head (method §4). ``cache``: where the layer's γ intervals, computed
+    for all its heads at once, are kept (:func:`claims.gamma_stats.gamma_ci`): a dict owned by
+    the caller in which this model's layer ``layer`` has the fixed tensors ``t``."""
     undetermined = t["undetermined"][:, head]
     keep = ~undetermined
     n, n_undet = int(keep.numel()), int(undetermined.sum())
@@ -182,7 +185,7 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     share = keeps.to(torch.float64).mean(0)
     keeps = torch.where(share > max_share, torch.ones_like(keeps), ~keeps)
     seed = seed_from(f"E-{model}-L{layer:02d}")
-    ci = _finite_intervals(gamma_ci(t, keeps, seed)[head], metrics)
+    ci = _finite_intervals(gamma_ci(t, keeps, seed, cache)[head], metrics)
     null, vs_null, at_chance = None, None, None
     if subspace is not None:
         for metric, suffix, flip in (("gamma_subspace_position", "subspace", False),
@@ -253,6 +256,28 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     if undefined:
         record.undefined = undefined
     return record
+
+
+def head_records(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                 rules: str = "ours") -> dict[tuple[int, int], EHeadRecord]:
+    """The γ record of every selected (layer, head) of a model, each layer's intervals computed
+    once for all its heads."""
+    cache: dict = {}
+    return {(layer, head): head_record(model, layer, head, per_layer[layer], rules, cache)
+            for layer in sorted(per_layer) for head in heads}
+
+
+def record_for_head(run, model: str, layer: int, head: int) -> EHeadRecord:
+    """A γ head test's record from its model run (``run.layer_metrics``, ``run.options.rules``,
+    ``run.statistics``, where the layer's intervals are kept for its other heads)."""
+    return head_record(model, layer, head, run.layer_metrics("E", layer), run.options.rules,
+                       run.statistics)
+
+
+def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> EModelRecord:
+    """An eigenvalue-statistics test's record from its model run, over ``layers`` × ``heads``."""
+    return model_record(model, {layer: run.layer_metrics("E", layer) for layer in layers}, heads,
+                        run.prepare()["head_dim"], rules=run.options.rules)
 
 
 def message(record: EModelRecord | EHeadRecord, what: str) -> str:

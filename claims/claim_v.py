@@ -64,30 +64,27 @@ def _keep_mask(undetermined: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return (keep if judged else torch.ones_like(keep)), judged
 
 
-_CHANCE_CACHE: dict[tuple, tuple[tuple, dict]] = {}
-
-
 def head_seed(model: str) -> int:
     """The seed of the head-level bootstrap resamples of a model's claim-V records."""
     return seed_from(f"V-{model}-heads")
 
 
 def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
-                    heads: list[int]) -> dict[tuple[int, int], dict]:
+                    heads: list[int], cache: dict | None = None) -> dict[tuple[int, int], dict]:
     """Per selected (layer, head) of a model: ``vs_null`` (the test against chance, BH-adjusted,
     or as ``[rule_sets.ours].correction`` says, across those heads, per metric) and ``ci`` /
     ``ci_null`` (bootstrap intervals, all heads in one pass) (method §7).
 
     All units share one sign matrix seeded from the model name, so a head's raw p-value does not
     depend on which heads are selected; the adjusted one depends on the selection (the family).
-    Memoised per (model, selection, layer tensors): every head test of a model reuses one pass."""
+    ``cache``: a dict owned by the caller whose ``per_layer`` tensors are fixed (a model run's
+    ``statistics``), where the result is kept under (model, selection, rule-set settings), so
+    that every head test of a model reuses one pass; None: computed afresh."""
     layers = sorted(per_layer)
-    refs = tuple(per_layer[l] for l in layers)
-    key = (model, tuple(layers), tuple(heads), tuple(map(id, refs)),
+    key = ("V-head-statistics", model, tuple(layers), tuple(heads),
            tuple(sorted(verdicts.rule_set_settings().items())))
-    hit = _CHANCE_CACHE.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], refs)):  # ids are reused after GC
-        return hit[1]
+    if cache is not None and key in cache:
+        return cache[key]
     metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
                for name in CHANCE_METRICS for n in (name, f"{name}_null")}
     undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
@@ -106,9 +103,8 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
                    for name in METRICS for n in (name, f"{name}_null")}
     for unit, stats in zip(units, interval_stats(all_metrics, keep, head_seed(model), per_unit=True)):
         result[unit].update(stats)
-    if len(_CHANCE_CACHE) > 64:
-        _CHANCE_CACHE.clear()
-    _CHANCE_CACHE[key] = (refs, result)  # holds the layer dicts, so their ids stay theirs
+    if cache is not None:
+        cache[key] = result
     return result
 
 
@@ -286,6 +282,64 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     return VRecord(claim="V", level="model", model=model, layers=sorted(per_layer), heads=heads,
                    head_verdicts=head_verdicts,
                    head_verdicts_by_rules=head_verdicts_by_rules or None, **result)
+
+
+def head_records(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                 rules: str = "ours", cache: dict | None = None) -> dict[tuple[int, int], VRecord]:
+    """The record of every selected (layer, head) of a model, tested against chance and
+    adjusted across them (:func:`head_statistics`, kept in ``cache``)."""
+    stats = head_statistics(model, per_layer, heads, cache)
+    return {(layer, head): head_record(model, layer, head, per_layer[layer],
+                                       statistics=stats[(layer, head)], rules=rules)
+            for layer in sorted(per_layer) for head in heads}
+
+
+def verdict_counts(records) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """How many of ``records`` got each verdict (in order of first appearance), overall and per
+    rule set: the model record's ``head_verdicts`` and ``head_verdicts_by_rules``."""
+    overall: dict[str, int] = {}
+    by_rules: dict[str, dict[str, int]] = {}
+    for rec in records:
+        overall[rec["verdict"]] = overall.get(rec["verdict"], 0) + 1
+        for rule_set, verdict in rec["verdicts"].items():
+            counts = by_rules.setdefault(rule_set, {})
+            counts[verdict] = counts.get(verdict, 0) + 1
+    return overall, by_rules
+
+
+def model_over_heads(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                     rules: str = "ours", cache: dict | None = None
+                     ) -> tuple[VRecord, dict[tuple[int, int], VRecord]]:
+    """The model record with its head verdicts counted, and the head records it counts."""
+    heads_of = head_records(model, per_layer, heads, rules, cache)
+    counts, by_rules = verdict_counts(heads_of.values())
+    record = model_record(model, per_layer, heads, counts, rules=rules,
+                          head_verdicts_by_rules=by_rules)
+    return record, heads_of
+
+
+def record_for_head(run, model: str, layer: int, head: int, layers: list[int],
+                    heads: list[int]) -> VRecord:
+    """A head test's record from its model run (``run.layer_metrics``, ``run.options.rules``,
+    ``run.statistics``): tested against chance across the selected ``layers`` × ``heads``, whose
+    statistics the run keeps, so the model's head tests share one pass (method §7)."""
+    per_layer = {l: run.layer_metrics("V", l) for l in layers}
+    stats = head_statistics(model, per_layer, heads, run.statistics)
+    return head_record(model, layer, head, per_layer[layer], statistics=stats.get((layer, head)),
+                       rules=run.options.rules)
+
+
+def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> VRecord:
+    """A model test's record from its model run: P2's aggregation over ``layers`` × ``heads``."""
+    per_layer = {l: run.layer_metrics("V", l) for l in layers}
+    return model_over_heads(model, per_layer, heads, run.options.rules, run.statistics)[0]
+
+
+def model_message(record: VRecord) -> str:
+    """The failure/skip message of a model test: :func:`message` naming the aggregation."""
+    return message(record, f"model {record.model} (P2's aggregation over {len(record.layers)} "
+                           f"layers x {len(record.heads)} heads x samples); head verdicts "
+                           f"{record.head_verdicts}")
 
 
 def message(record: VRecord, what: str) -> str:

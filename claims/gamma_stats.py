@@ -95,19 +95,21 @@ def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> l
             for h in range(diff.shape[1])]
 
 
-_GAMMA_CACHE: dict[tuple, tuple[dict, list[dict]]] = {}
-
-
-def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[dict]:
+def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
+             cache: dict | None = None) -> list[dict]:
     """95% percentile-bootstrap CIs over samples (method §7) of the γ-spread means and of the γ
     position recomputed from each resample's three means, for every head of a layer at once
     (``keep`` [S, H]: the samples each head's means use), all heads sharing the resamples of
-    ``seed``: one [R, S] × [S, H·3] product per layer. Memoised per layer tensors."""
+    ``seed``: one [R, S] × [S, H·3] product per layer.
+
+    ``cache``: a dict owned by the caller in which ``seed`` names one layer's fixed tensors (a
+    model run's ``statistics``: the seed names model and layer), where the result is kept under
+    (seed, ``keep``, rule-set settings), so that a layer's head tests share one pass; None:
+    computed afresh."""
     settings = verdicts.rule_set_settings()
-    key = (id(t), seed, keep.numpy().tobytes(), tuple(sorted(settings.items())))
-    hit = _GAMMA_CACHE.get(key)
-    if hit is not None and hit[0] is t:  # the same tensors, still alive (ids are reused after GC)
-        return hit[1]
+    key = ("E-gamma-ci", seed, keep.numpy().tobytes(), tuple(sorted(settings.items())))
+    if cache is not None and key in cache:
+        return cache[key]
     level = float(settings["confidence"])
     k = keep.to(torch.float64)  # [S, H]
     values = torch.stack([t[f"gamma_{name}"].to(torch.float64)
@@ -123,7 +125,6 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[
     ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level,
                              n=int(k.shape[0])).tolist()
     out = [dict(zip(("learned", "eigen", "perturbed", "gamma_position"), head)) for head in ci]
-    if len(_GAMMA_CACHE) > 64:
-        _GAMMA_CACHE.clear()
-    _GAMMA_CACHE[key] = (t, out)  # holds t, so no other object can take its id meanwhile
+    if cache is not None:
+        cache[key] = out
     return out

@@ -439,7 +439,6 @@ def _rule_set_probe(path, tmp_path, monkeypatch):
         metrics["undetermined"] = torch.zeros(30, 1, dtype=torch.bool)
 
         def measured():
-            claim_v._CHANCE_CACHE.clear()
             test = claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"]["subspace_overlap"]
             return test["p"] if name == "permutation_resamples" else test["above_chance"]
         edited = 99 if name == "permutation_resamples" else 1e-9
@@ -530,7 +529,6 @@ def _chance_margin_probe(path, tmp_path, monkeypatch):
         metrics["undetermined"] = torch.zeros(20, 1, dtype=torch.bool)
 
         def at_chance():
-            claim_v._CHANCE_CACHE.clear()
             return claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"][metric]["at_chance"]
     elif claim == "claim_e_gamma":
         t = {"gamma_learned_subspace": 0.5 + 0.01 * torch.randn(20, 1, generator=gen, dtype=F64),

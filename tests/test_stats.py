@@ -108,6 +108,25 @@ def _layer_dict(k: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
     return {name: t.reshape(s, 1) for name, t in m.items()}
 
 
+def test_per_model_statistics_live_in_the_callers_cache_not_in_the_process():
+    """claim V's tests against chance across a model's heads are kept where the caller says (a
+    model run's ``statistics``), computed once there; without one they are computed afresh."""
+    from claims import claim_e, gamma_stats
+
+    gen = torch.Generator().manual_seed(1)
+    k = torch.randn(6, 12, 4, generator=gen, dtype=torch.float64)
+    layer = _layer_dict(k, torch.randn(6, 12, 4, generator=gen, dtype=torch.float64))
+    cache: dict = {}
+    first = claim_v.head_statistics("m", {0: layer}, [0], cache)
+    assert claim_v.head_statistics("m", {0: layer}, [0], cache) is first and len(cache) == 1
+    fresh = claim_v.head_statistics("m", {0: layer}, [0])
+    assert fresh is not first and fresh == first
+    other = {0: {name: t.clone() for name, t in layer.items()}}
+    assert claim_v.head_statistics("m", other, [0]) == first  # equal tensors, same statistics
+    assert not [n for n in (*vars(claim_v), *vars(claim_e), *vars(gamma_stats))
+                if n.endswith("_CACHE")]
+
+
 def test_a_head_whose_v_is_v_hat_is_supported_with_its_ci_at_one_and_above_chance():
     gen = torch.Generator().manual_seed(0)
     k = torch.randn(8, 24, 4, generator=gen, dtype=torch.float64)

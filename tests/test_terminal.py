@@ -31,11 +31,12 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
-def claims(pytester: pytest.Pytester, out: Path, cache: Path, *args: str) -> pytest.RunResult:
+def claims(pytester: pytest.Pytester, out: Path, cache: Path, *args: str,
+           plugins=()) -> pytest.RunResult:
     try:
         return pytester.runpytest_inprocess(
             str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
-            *SMALL, "--out", str(out), "--cache-dir", str(cache), *args)
+            *SMALL, "--out", str(out), "--cache-dir", str(cache), *args, plugins=list(plugins))
     finally:
         set_progress_writer(None)  # the inner run's terminal is gone
 
@@ -92,6 +93,50 @@ def test_default_run_ends_with_the_table_and_prints_one_line_of_evidence_per_fai
     # the report names no folder of this machine
     html = (out / "report.html").read_text()
     assert str(tmp_path) not in html and str(ROOT) not in html
+
+
+class SessionEndProbe:
+    """What pytest's terminal summary (step 3 of fixtures/plugin/session_end.py) sees."""
+
+    seen: dict = {}
+
+    def pytest_terminal_summary(self, config: pytest.Config) -> None:
+        from fixtures.plugin.state import _COLLECTED
+
+        store = config.stash[_COLLECTED]
+        self.seen = {
+            "gate": store.gate,
+            "results": store.written is not None and store.written.is_file(),
+            "report": store.report is not None and store.report.is_file(),
+            "kpca session-end hooks": sorted(
+                f"{impl.function.__module__}.{impl.function.__name__}"
+                for impl in config.hook.pytest_sessionfinish.get_hookimpls()
+                if impl.function.__module__.split(".")[0] in ("fixtures", "claims", "report"))}
+
+
+def test_session_end_runs_its_steps_in_the_stated_order(pytester, tmp_path, cache_dir):
+    """fixtures/plugin/session_end.py: results.json, the gate and the report before pytest's
+    own session end (the terminal summary sees the gate's outcome and both files; junitxml's
+    file has the gate's property), the closing lines after pytest's summary line."""
+    probe = SessionEndProbe()
+    out, base, junit = tmp_path / "out", tmp_path / "baseline.json", tmp_path / "junit.xml"
+    result = claims(pytester, out, cache_dir, "--baseline", str(base), "--update-baseline",
+                    "--junitxml", str(junit), plugins=[probe])
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    assert probe.seen["kpca session-end hooks"] == [
+        "fixtures.plugin.session_end.end_of_output",
+        "fixtures.plugin.session_end.pytest_sessionfinish"]
+    assert probe.seen["gate"].startswith(f"baseline written: {base}")
+    assert probe.seen["results"] and probe.seen["report"]
+    # the report is rendered from results.json: written after it
+    assert (out / "results.json").stat().st_mtime_ns <= (out / "report.html").stat().st_mtime_ns
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    assert props["kpca_gate"].startswith("baseline written") and "kpca_git_commit" in props
+    lines = nonempty(result)
+    summary = max(i for i, line in enumerate(lines) if line.startswith("=") and " in " in line)
+    gate = lines.index(f"gate: {probe.seen['gate']}")
+    assert summary < gate < lines.index(f"results: {out / 'results.json'}") == len(lines) - 2
+    assert lines[-1] == f"report: {out / 'report.html'}"
 
 
 def test_quiet_run_prints_only_the_table_and_the_paths(pytester, tmp_path, cache_dir):
