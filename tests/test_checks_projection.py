@@ -317,7 +317,7 @@ def test_output_fit_of_one_head_alone_equals_the_same_head_inside_a_batch(n):
     agree with the batched route of checks.output_fit.kpca_output_fit, computed here directly."""
     from checks.nulls import shuffled_token_null, token_permutations
     from checks.output_fit import kpca_output_fit
-    from claims.claim_j import output_fit_terms
+    from claims.projection_layer import output_fit_terms
 
     b, h, d = 2, 5, 32
     q, k, v = (randn(b, h, n, d, seed=n + i) for i in range(3))

@@ -250,7 +250,7 @@ def test_the_cache_key_of_a_claims_metrics_covers_its_own_code(tmp_path):
     from fixtures.engine.model_run import _claim_code
 
     assert _claim_code(registry.get("V")) == ("fixtures.engine.model_run", "claims.value_layer")
-    assert _claim_code(registry.get("J"))[-1] == "claims.claim_j"
+    assert _claim_code(registry.get("J"))[-1] == "claims.projection_layer"
     assert "fixtures.engine.rpc_study" in _claim_code(registry.get("R"))
     # a claim defined outside the project: its file, by absolute path
     (tmp_path / "my_claim.py").write_text("def layer_metrics(ctx):\n    return {}\n")

@@ -99,7 +99,7 @@ def test_small_noise_keeps_support_and_the_true_null_is_refuted_at_chance(record
 
 def j_terms(v_of, key_scale: float = 1.0, seed: int = 3) -> dict[str, torch.Tensor]:
     """claim J's layer terms [S, 1, ...] for one head whose values are ``v_of(k, v_hat)``."""
-    from claims.claim_j import batch_terms
+    from claims.projection_layer import batch_terms
 
     g = torch.Generator().manual_seed(seed)
     k = torch.randn(S, 1, N, D, generator=g, dtype=F64) * key_scale

@@ -118,20 +118,22 @@ def test_session_end_runs_its_steps_in_the_stated_order(pytester, tmp_path, cach
     """fixtures/plugin/session_end.py: results.json, the gate and the report before pytest's
     own session end (the terminal summary sees the gate's outcome and both files; junitxml's
     file has the gate's property), the closing lines after pytest's summary line."""
-    probe = SessionEndProbe()
-    out, base, junit = tmp_path / "out", tmp_path / "baseline.json", tmp_path / "junit.xml"
-    result = claims(pytester, out, cache_dir, "--baseline", str(base), "--update-baseline",
-                    "--junitxml", str(junit), plugins=[probe])
+    base, junit = tmp_path / "baseline.json", tmp_path / "junit.xml"
+    first = claims(pytester, tmp_path / "first", cache_dir, "--baseline", str(base),
+                   "--update-baseline")
+    assert first.ret == pytest.ExitCode.OK and base.is_file(), first.stdout.str()[-3000:]
+    probe, out = SessionEndProbe(), tmp_path / "out"
+    result = claims(pytester, out, cache_dir, "--baseline", str(base), "--junitxml", str(junit),
+                    plugins=[probe])
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
-    assert probe.seen["kpca session-end hooks"] == [
-        "fixtures.plugin.session_end.end_of_output",
-        "fixtures.plugin.session_end.pytest_sessionfinish"]
-    assert probe.seen["gate"].startswith(f"baseline written: {base}")
+    assert probe.seen["kpca session-end hooks"] == ["fixtures.plugin.session_end.pytest_sessionfinish"]
+    assert probe.seen["gate"].startswith(f"no regression against baseline {base}")
     assert probe.seen["results"] and probe.seen["report"]
-    # the report is rendered from results.json: written after it
+    # results.json carries the gate's outcome; the report, rendered from it, came after it
+    assert json.loads((out / "results.json").read_text())["gate"]["summary"] == probe.seen["gate"]
     assert (out / "results.json").stat().st_mtime_ns <= (out / "report.html").stat().st_mtime_ns
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
-    assert props["kpca_gate"].startswith("baseline written") and "kpca_git_commit" in props
+    assert props["kpca_gate"] == probe.seen["gate"] and "kpca_git_commit" in props
     lines = nonempty(result)
     summary = max(i for i, line in enumerate(lines) if line.startswith("=") and " in " in line)
     gate = lines.index(f"gate: {probe.seen['gate']}")
