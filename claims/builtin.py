@@ -2,10 +2,12 @@
 
 This module holds only their declarations (standard library, no torch), so that ``import claims``
 registers them cheaply, for the report as for the runtime. Each claim's code lives in its own
-module: ``claims/claim_v.py`` holds claim V's per-layer computation (``layer_metrics``, called by
-the session) and its records and verdicts, and likewise ``claim_j.py`` and ``claim_e.py``; their
-rules are the ``claim_v*``, ``claim_j*`` and ``claim_e*`` sections of ``claims/thresholds.toml``;
-their tests are the thin ``claims/test_*.py`` named by ``tests``. A claim from outside this
+modules: ``claims/claim_v.py`` holds claim V's records, verdicts and per-sample rows, and
+``claims/value_layer.py`` its per-layer computation (``layer_metrics``, called by the session);
+likewise ``claim_j.py`` with ``projection_layer.py`` and ``claim_e.py`` with ``gram_layer.py``.
+Their rules are the ``claim_v*``, ``claim_j*`` and ``claim_e*`` sections of
+``claims/thresholds.toml`` (which section judges which record level: ``record_sections``); their
+tests are the thin ``claims/test_*.py`` named by ``tests``. A claim from outside this
 repository declares its spec wherever it is defined (docs/architecture.md, "Adding a claim").
 """
 
@@ -20,12 +22,13 @@ V = register(ClaimSpec(
     statement="The learned value vectors V of each head equal the kernel-PCA value matrix "
               "V̂ = G(I − 11ᵀ/N)A built from the keys' centred Gram eigenvectors.",
     source="P1 §2; P2 finding 1; method §2", unit="head", levels=("head", "model"),
-    layer_metrics="claims.claim_v:layer_metrics",
-    metrics=V_METRICS, settings="claims.claim_v:cache_settings",
+    layer_metrics="claims.value_layer:layer_metrics",
+    metrics=V_METRICS, settings="claims.value_layer:cache_settings",
     # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
     nonfinite_ok=tuple(f"p2code_{name}" for name in V_P2_CODE_METRICS),
     report_context="report.sections.claim_v:context",
-    template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py"))
+    template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py",
+    method_version="1", sample_rows="claims.claim_v:sample_rows"))
 
 J = register(ClaimSpec(
     id="J", section="claim_j",
@@ -33,11 +36,12 @@ J = register(ClaimSpec(
     statement="J_proj = mean over queries of ‖φ(q)‖² − ‖h‖² is a projection error: "
               "non-negative, and falling over training.",
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
-    layer_metrics="claims.claim_j:layer_metrics",
+    layer_metrics="claims.projection_layer:layer_metrics",
     metrics=J_METRICS, report_context="report.sections.claim_j:context",
     # per-token tensors are NaN past each sample's own token count (method §3.7)
     nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq"),
-    template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py"))
+    template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py",
+    method_version="1", record_sections={"series": "claim_j_trend"}))
 
 E = register(ClaimSpec(
     id="E", section="claim_e",
@@ -45,9 +49,12 @@ E = register(ClaimSpec(
     statement="The Gram eigenvalue statistics are reproducible, and γ_i = (K̃â)_i/(N â_i) is "
               "constant over i for the â recovered from the learned V.",
     source="P1 §2.2.2; P2 finding 3; method §4", unit="head", levels=("head", "model"),
-    layer_metrics="claims.claim_e:layer_metrics",
+    layer_metrics="claims.gram_layer:layer_metrics",
     report_context="report.sections.claim_e:context",
-    template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py"))
+    template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py",
+    # its head records judge γ constancy by their own rules; they have per-sample rows
+    method_version="1", record_sections={"head": "claim_e_gamma"},
+    sample_rows="claims.claim_e:sample_rows"))
 
 R = register(ClaimSpec(
     id="R", section="claim_r",

@@ -9,19 +9,15 @@ import torch
 
 from checks.errors import UndefinedValueError, defined, defined_values
 from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
-from checks.stats import (bootstrap_indices, bootstrap_weights, masked_mean, percentile_interval,
-                          position_between, seed_from)
+from checks.stats import (bootstrap_indices, masked_mean, percentile_interval, position_between,
+                          seed_from)
 
 from . import claim_v, verdicts
+from .gamma_stats import EXACT_EIGEN, chance_tests, gamma_ci, imprecise_overlaps, subspace_summary
 from .names import E_ROUTES as ROUTES
-from .records import EHeadRecord, EModelRecord
+from .records import EHeadRecord, EModelRecord, finite_or_none
 
 CLAIM, GAMMA = "claim_e", "claim_e_gamma"
-#: The true eigenvectors' values in exact arithmetic, the anchors of the three γ positions
-#: (method §4.2, "Precision"): relative spread 0, ρ 0, 1 − ω 0. The measured eigen control is
-#: the eigensolver's round-off amplified by 1/(μ_k·â_ik) (up to 3e-3 on heads with a graded
-#: spectrum): it only decides whether there is a contrast at all (the perturbed control above it).
-EXACT_EIGEN = 0.0
 #: Every pair of routes whose ratio ``max_route_ratio`` takes the largest of (method §4).
 ROUTE_PAIRS = tuple(itertools.combinations(ROUTES, 2))
 
@@ -150,7 +146,10 @@ def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
 
 
 def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
-                rules: str = "ours") -> EHeadRecord:
+                rules: str = "ours", cache: dict | None = None) -> EHeadRecord:
+    """The γ record of one head (method §4). ``cache``: where the layer's γ intervals, computed
+    for all its heads at once, are kept (:func:`claims.gamma_stats.gamma_ci`): a dict owned by
+    the caller in which this model's layer ``layer`` has the fixed tensors ``t``."""
     undetermined = t["undetermined"][:, head]
     keep = ~undetermined
     n, n_undet = int(keep.numel()), int(undetermined.sum())
@@ -188,7 +187,7 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     share = keeps.to(torch.float64).mean(0)
     keeps = torch.where(share > max_share, torch.ones_like(keeps), ~keeps)
     seed = seed_from(f"E-{model}-L{layer:02d}")
-    ci = _finite_intervals(gamma_ci(t, keeps, seed)[head], metrics)
+    ci = _finite_intervals(gamma_ci(t, keeps, seed, cache)[head], metrics)
     null, vs_null, at_chance = None, None, None
     if subspace is not None:
         for metric, suffix, flip in (("gamma_subspace_position", "subspace", False),
@@ -263,153 +262,26 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
     return record
 
 
-def imprecise_overlaps(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor,
-                       subspace: dict, undefined: dict[str, str]) -> dict[str, float]:
-    """The direction overlaps ω of ``subspace`` that are not determined at float64 (method §4.2,
-    "Precision"): where round-off alone moves ω of a kept sample by more than
-    :data:`checks.gamma.OVERLAP_PRECISION_BAR` (``gamma_<name>_directions_precision``), that
-    candidate's mean ω is taken out of ``subspace["directions"]`` and returned (``{"learned": ω,
-    "null": ω}``, either or both), and the positions built on it become undefined: the head's
-    ``gamma_direction_position`` (with its reason in ``undefined``) for the learned axes, the null's
-    own direction position for the null."""
-    from checks.gamma import OVERLAP_PRECISION_BAR
-
-    out: dict[str, float] = {}
-    for name in ("learned", "null"):
-        key = f"gamma_{name}_directions_precision"
-        if key not in t or name not in subspace["directions"]:
-            continue
-        moved = t[key][:, head].to(torch.float64)[keep]
-        n_bad = int((moved > OVERLAP_PRECISION_BAR).sum())
-        if n_bad == 0:
-            continue
-        out[name] = subspace["directions"].pop(name)
-        if name == "learned":
-            subspace["directions"]["position"] = None
-            undefined["gamma_direction_position"] = (
-                f"omega of the learned axes is not determined at float64 in {n_bad} of "
-                f"{int(keep.sum())} samples: round-off alone moves it by more than "
-                f"{OVERLAP_PRECISION_BAR:g} (few tokens carry g, so span(A_hat) or its image has "
-                "directions at round-off; method §4.2)")
-        elif subspace.get("null_positions") is not None:
-            subspace["null_positions"]["gamma_direction_position"] = None
-    return out
+def head_records(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                 rules: str = "ours") -> dict[tuple[int, int], EHeadRecord]:
+    """The γ record of every selected (layer, head) of a model, each layer's intervals computed
+    once for all its heads."""
+    cache: dict = {}
+    return {(layer, head): head_record(model, layer, head, per_layer[layer], rules, cache)
+            for layer in sorted(per_layer) for head in heads}
 
 
-def subspace_summary(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor) -> dict | None:
-    """Means over the kept samples of the invariant-subspace residuals ρ of the learned axes and
-    the two controls, and the learned axes' position between them (method §4.2); the same for
-    the direction-wise overlap ω under ``"directions"`` (its position on 1 − ω); and, when the
-    tensors carry the token-shuffled null, ρ of the null (``"null"``) and both positions the null
-    itself takes (``"null_positions"`` → ``{"gamma_subspace_position",
-    "gamma_direction_position"}``).
-    None when the tensors carry no residuals. ``"undefined"`` holds the reasons when the controls
-    coincide."""
-    if "gamma_learned_subspace" not in t:
-        return None
-    names = ("learned", "eigen", "perturbed") + (("null",) if "gamma_null_subspace" in t else ())
-
-    def mean(key: str) -> float:
-        return float(masked_mean(t[key][:, head].to(torch.float64), keep)[0])
-
-    means = {name: mean(f"gamma_{name}_subspace") for name in names}
-    has_directions = "gamma_learned_directions" in t
-    directions = ({name: mean(f"gamma_{name}_directions") for name in names} if has_directions
-                  else {})
-    undefined: dict[str, str] = {}
-
-    def between(metric: str, values: dict, what: str, who: str = "learned") -> float | None:
-        def contrast() -> float:
-            if not values["perturbed"] > values["eigen"]:
-                raise UndefinedValueError(f"the perturbed control's {what} does not exceed the "
-                                          "true eigenvectors': no contrast to judge by")
-            return position_between(values[who], EXACT_EIGEN, values["perturbed"])
-        return defined(metric, contrast, undefined if who == "learned" else {})
-
-    loss = {name: 1.0 - x for name, x in directions.items()}  # 1 − ω: 0 when invariant
-    out = {**means, "position": between("gamma_subspace_position", means, "subspace residual"),
-           "directions": dict(directions), "null_positions": None, "undefined": undefined}
-    if has_directions:
-        out["directions"]["position"] = between("gamma_direction_position", loss,
-                                                "direction-wise non-invariance 1 - omega")
-    else:
-        out["directions"]["position"] = None
-        undefined["gamma_direction_position"] = "no direction-wise overlaps in these tensors"
-    if "null" in means:
-        out["null_positions"] = {
-            "gamma_subspace_position": between("gamma_subspace_position", means,
-                                               "subspace residual", "null"),
-            "gamma_direction_position": (between("gamma_direction_position", loss,
-                                                 "direction-wise non-invariance", "null")
-                                         if has_directions else None),
-        }
-    return out
+def record_for_head(run, model: str, layer: int, head: int) -> EHeadRecord:
+    """A γ head test's record from its model run (``run.layer_metrics``, ``run.options.rules``,
+    ``run.statistics``, where the layer's intervals are kept for its other heads)."""
+    return head_record(model, layer, head, run.layer_metrics("E", layer), run.options.rules,
+                       run.statistics)
 
 
-def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[dict]:
-    """γ's tests against chance for every head of a layer (method §4.2, §7.2), on the per-sample
-    difference of invariant-subspace residuals ρ(null) − ρ(learned) over the kept samples
-    (``keep`` [S, H]): *above chance* (one-sided sign-flip test: the learned span is more nearly
-    invariant than the token-shuffled values' span) and *at chance* (TOST with margin
-    ``[claim_e_gamma.ours.chance_margin.gamma_subspace_residual]``), both BH-adjusted across the
-    layer's heads (``[rule_sets.ours].correction``)."""
-    from checks.nulls import tost_pvalues
-    from checks.stats import adjust_pvalues, sign_flip_pvalues
-
-    settings = verdicts.rule_set_settings()
-    diff = (t["gamma_null_subspace"] - t["gamma_learned_subspace"]).to(torch.float64)  # [S, H]
-    resamples = int(settings["permutation_resamples"])
-    margin = float(verdicts.chance_margins(GAMMA)["gamma_subspace_residual"])
-    alpha, correction = float(settings["alpha"]), str(settings["correction"])
-    p = sign_flip_pvalues(diff, keep, seed, resamples)
-    tost = tost_pvalues(diff, keep, margin, seed + 1, resamples)
-    p_adj, tost_adj = adjust_pvalues(p, correction), adjust_pvalues(tost, correction)
-    n = keep.sum(0)
-    # with n samples no sign-flip p-value can fall below 2^-n (method §7.2)
-    can_reject = (0.5 ** n.to(torch.float64)) < alpha
-    return [{"p": float(p[h]),
-             "p_adjusted": float(p_adj[h]), "above_chance": bool(p_adj[h] < alpha),
-             "tost_p": float(tost[h]), "tost_p_adjusted": float(tost_adj[h]),
-             "at_chance": bool(tost_adj[h] < alpha), "margin": margin,
-             "can_reject": bool(can_reject[h]), "n_samples": int(n[h])}
-            for h in range(diff.shape[1])]
-
-
-_GAMMA_CACHE: dict[tuple, tuple[dict, list[dict]]] = {}
-
-
-def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[dict]:
-    """95% percentile-bootstrap CIs over samples (method §7) of the γ-spread means and of the γ
-    position recomputed from each resample's three means, for every head of a layer at once
-    (``keep`` [S, H]: the samples each head's means use), all heads sharing the resamples of
-    ``seed``: one [R, S] × [S, H·3] product per layer. Memoised per layer tensors."""
-    settings = verdicts.rule_set_settings()
-    key = (id(t), seed, keep.numpy().tobytes(), tuple(sorted(settings.items())))
-    hit = _GAMMA_CACHE.get(key)
-    if hit is not None and hit[0] is t:  # the same tensors, still alive (ids are reused after GC)
-        return hit[1]
-    level = float(settings["confidence"])
-    k = keep.to(torch.float64)  # [S, H]
-    values = torch.stack([t[f"gamma_{name}"].to(torch.float64)
-                          for name in ("learned", "eigen", "perturbed")], dim=-1)  # [S, H, 3]
-    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))
-    sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
-        weights.shape[0], *values.shape[1:])
-    counts = (weights @ k).unsqueeze(-1)
-    draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, math.nan))
-    # a contrast needs the perturbed control above the measured eigen control; the position is
-    # then anchored at the exact eigenvectors' value (method §4.2, "Precision")
-    gap = draws[..., 2] - EXACT_EIGEN
-    position = torch.where(draws[..., 2] > draws[..., 1],
-                           (draws[..., 0] - EXACT_EIGEN) / gap.clamp_min(1e-300),
-                           torch.full_like(gap, math.inf))
-    ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level,
-                             n=int(k.shape[0])).tolist()
-    out = [dict(zip(("learned", "eigen", "perturbed", "gamma_position"), head)) for head in ci]
-    if len(_GAMMA_CACHE) > 64:
-        _GAMMA_CACHE.clear()
-    _GAMMA_CACHE[key] = (t, out)  # holds t, so no other object can take its id meanwhile
-    return out
+def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> EModelRecord:
+    """An eigenvalue-statistics test's record from its model run, over ``layers`` × ``heads``."""
+    return model_record(model, {layer: run.layer_metrics("E", layer) for layer in layers}, heads,
+                        run.prepare()["head_dim"], rules=run.options.rules)
 
 
 def message(record: EModelRecord | EHeadRecord, what: str) -> str:
@@ -438,87 +310,29 @@ def _fmt(x) -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.4g}"
 
 
-# ------------------------------------------------------------------ per-layer computation
-# Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
-# a fixtures.engine.layer_context.LayerContext.
-def gamma_seeds(model: str, layer: int, samples: list[int], heads: slice) -> list[int]:
-    """One seed per (sample, head) of a batch for claim E's perturbed control (method §4), in
-    batch order: each item's draw depends on its own seed alone, not on how the samples and heads
-    were batched (``--max-memory``, the device), so CPU, GPU and resumed runs agree."""
-    return [seed_from(f"{model}-L{layer:02d}-E-s{b}-h{h}") for b in samples
-            for h in range(heads.start or 0, heads.stop)]
-
-
-def gamma_null_permutations(model: str, layer: int, samples: list[int], heads: slice,
-                            n: int) -> torch.Tensor:
-    """The token permutations [b, h, n] of γ's chance level (method §4.2): one per (sample,
-    head), each from its own seed, so the null does not depend on how the run was batched."""
-    return torch.stack([
-        torch.stack([torch.randperm(n, generator=torch.Generator().manual_seed(
-            seed_from(f"{model}-L{layer:02d}-E-null-s{b}-h{h}")))
-            for h in range(heads.start or 0, heads.stop)]) for b in samples])
-
-
-def gamma_terms(gamma: dict) -> dict[str, torch.Tensor]:
-    """The per-head γ terms :func:`head_record` reads, from the output of
-    :func:`checks.gamma.gamma_spread_batched` (with ``null_perm``): each candidate's mean relative
-    and absolute spread, and its invariant-subspace residual ρ and direction overlap ω (method §4.2)."""
-    terms = {}
-    for name in ("learned", "eigen", "perturbed"):
-        terms[f"gamma_{name}"] = gamma[name].mean(-1)
-        terms[f"gamma_{name}_abs"] = gamma[f"{name}_abs"].mean(-1)
-    for name in ("learned", "eigen", "perturbed", "null"):  # method §4.2
-        terms[f"gamma_{name}_subspace"] = gamma[f"{name}_subspace"]
-        terms[f"gamma_{name}_directions"] = gamma[f"{name}_directions"]
-    for name in ("learned", "null"):  # how far round-off moves ω (method §4.2, "Precision")
-        terms[f"gamma_{name}_directions_precision"] = gamma[f"{name}_directions_precision"]
-    return terms
-
-
-def layer_metrics(ctx) -> dict[str, torch.Tensor]:
-    """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
-    finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
-    from checks import gamma as gamma_constancy
-    from checks import spectrum
-    from checks.degenerate import effective_rows
-    from checks.errors import NonFiniteError
-    from checks.gram import KeyGram
-
-    info = ctx.info
-    d = info["head_dim"]
-    out: dict[str, torch.Tensor] = {}
-
-    def top_d(mu: torch.Tensor) -> torch.Tensor:  # P2 takes the first d by signed order
-        mu = mu[..., :d]
-        return torch.nn.functional.pad(mu, (0, d - mu.shape[-1])) if mu.shape[-1] < d else mu
-
-    for chunk, heads, _q, k, v in ctx.groups():
-        # One KeyGram per key route (raw, standardised), each keeping only the top d pairs
-        # (P2 reads the first d eigenvalues); the route γ is judged on (--standardize) keeps
-        # its eigenvectors and is handed to γ, the other is eigenvalues only.
-        top = min(d, k.shape[-2])
-        try:
-            raw, std = (KeyGram(k, scale=info["scale"], standardize=s, top=top,
-                                eigenvectors=s == ctx.options.standardize)
-                        for s in (False, True))
-            naive = spectrum.naive_gram_spectrum(k, scale=info["scale"])
-            gamma = gamma_constancy.gamma_spread_batched(
-                k, v, scale=info["scale"], standardize=ctx.options.standardize,
-                seed=gamma_seeds(ctx.model, ctx.layer, chunk, heads),
-                gram=std if ctx.options.standardize else raw,
-                null_perm=gamma_null_permutations(ctx.model, ctx.layer, chunk, heads,
-                                                  k.shape[-2]).to(k.device))
-        except NonFiniteError as exc:
-            raise ctx.located(exc, chunk, heads) from exc
-        values = {"mu_log_raw": top_d(raw.eigenvalues),
-                  "mu_log_standardized": top_d(std.eigenvalues),
-                  "mu_naive_float32": torch.nan_to_num(top_d(naive.mu), nan=0.0),
-                  "naive_finite": naive.finite,
-                  "undetermined": gamma["undetermined"]}
-        for stage, mask in naive.first_nonfinite_stage.items():
-            values[f"naive_bad_{stage}"] = mask
-        values.update(gamma_terms(gamma))
-        values["effective_rows"] = effective_rows(  # method §2.2: degenerate heads
-            (std if ctx.options.standardize else raw).log_g)
-        ctx.fill(out, chunk, heads, values)
-    return out
+def sample_rows(record: dict, run) -> list[dict]:
+    """``--save-samples`` (``ClaimSpec.sample_rows``): the rows behind a γ head record (method
+    §4): per sample, the relative γ spread of the learned V and of the two controls (``learned``,
+    ``eigen``, ``perturbed``) and their absolute spreads (``*_abs``); the mean of a column over
+    the ``used`` rows is the record's value (the record's ``gamma_position`` is the position of
+    those means between the controls). A model record judges ratios of route statistics, not
+    means over samples: no rows. Non-finite values are written as null."""
+    if record.get("level") != "head":
+        return []
+    layer, head = record["layer"], record["head"]
+    t = run.layer_metrics("E", layer)
+    names = run.prepare()["input_set"].get("names") or []
+    undetermined = t["undetermined"][:, head].bool()
+    max_share = float(verdicts.load_thresholds()[GAMMA]["undetermined"]["max_share"])
+    share = float(undetermined.to(float).mean()) if undetermined.numel() else 0.0
+    used = torch.ones_like(undetermined) if share > max_share else ~undetermined
+    rows = []
+    for s in range(int(undetermined.numel())):
+        row = {"claim": "E", "model": record["model"], "level": "head", "layer": layer,
+               "head": head, "sample": s, "sample_name": names[s] if s < len(names) else None,
+               "undetermined": bool(undetermined[s]), "used": bool(used[s])}
+        for name in ("learned", "eigen", "perturbed"):
+            row[name] = finite_or_none(t[f"gamma_{name}"][s, head])
+            row[f"{name}_abs"] = finite_or_none(t[f"gamma_{name}_abs"][s, head])
+        rows.append(row)
+    return rows

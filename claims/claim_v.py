@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from checks.nulls import tost_pvalues
-from checks.stats import (adjust_pvalues, bootstrap_weights, excess_over_null, masked_mean,
-                          percentile_interval, seed_from, sign_flip_pvalues)
+from checks.stats import adjust_pvalues, excess_over_null, masked_mean, seed_from
 
 from . import verdicts
 from .names import V_MEASURED
 from .names import V_P2_CODE_METRICS as P2_CODE_METRICS
-from .records import VRecord
+from .records import VRecord, finite_or_none
+from .value_chance import CHANCE_METRICS, chance_pvalues, interval_stats, vs_null_record
 
 CLAIM = "claim_v"
 METRICS = V_MEASURED
-#: The metrics tested against their null (method §7.2): the judged subspace overlap, and P2's
-#: CKAs for the record. Not the optimal cosine: its matching ignores token order, so against the
-#: token-shuffled null V̂ it scores exactly what it scores against V̂ (method §2.3).
-CHANCE_METRICS = ("linear_cka", "kernel_cka", "subspace_overlap")
 
 
 def _undetermined_max_share() -> float:
@@ -63,100 +56,6 @@ def _undetermined_reason(n_undet: int, n_total: int, few: torch.Tensor | None,
     return "; ".join(parts) + ": V_hat is not determined by the keys (method §2)"
 
 
-def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
-                   per_unit: bool = False) -> dict | list[dict]:
-    """95% percentile-bootstrap CIs over samples (method §7) of every metric's mean and its
-    null's, and of the subspace-overlap excess (from the same resamples of overlap and null).
-
-    ``metrics[name]`` and ``keep`` are [S, U]: S samples, U units per sample (the selected
-    (layer, head) pairs of a model). Pooled (default): one interval set for the mean over all
-    kept units, a resample drawing whole samples so each sample's heads stay together (model
-    level). ``per_unit``: one interval set per unit (head level), all units sharing the resamples
-    of ``seed``, so that the whole model costs one [R, S] × [S, units × metrics] product and a
-    head's interval does not depend on which other heads are selected."""
-    settings = verdicts.rule_set_settings()
-    level = float(settings["confidence"])
-    names = [n for name in METRICS for n in (name, f"{name}_null")]
-    k = keep.to(torch.float64)  # [S, U]
-    values = torch.stack([metrics[n].to(torch.float64) for n in names], dim=-1)  # [S, U, M]
-    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))  # [R, S]
-    if per_unit:
-        sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
-            weights.shape[0], *values.shape[1:])  # [R, U, M]
-        counts = (weights @ k).unsqueeze(-1)  # [R, U, 1]
-    else:
-        sums = (weights @ (values * k.unsqueeze(-1)).sum(1)).unsqueeze(1)  # [R, 1, M]
-        counts = (weights @ k.sum(1, keepdim=True)).unsqueeze(-1)  # [R, 1, 1]
-    draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, float("nan")))
-    ov, ov_null = draws[..., names.index("subspace_overlap")], draws[..., names.index("subspace_overlap_null")]
-    draws = torch.cat([draws, excess_over_null(ov, ov_null).unsqueeze(-1)], dim=-1)
-    ci = percentile_interval(draws, level, n=int(k.shape[0])).tolist()  # [U, M + 1, 2]
-    out = []
-    for unit in ci:
-        by_name = dict(zip([*names, "subspace_overlap_excess"], unit))
-        out.append({"ci": {n: by_name[n] for n in (*METRICS, "subspace_overlap_excess")},
-                    "ci_null": {n: by_name[f"{n}_null"] for n in METRICS}})
-    return out if per_unit else out[0]
-
-
-def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
-                   equivalence: bool = False) -> torch.Tensor:
-    """One-sided sign-flip p-values (method §7, :func:`checks.stats.sign_flip_pvalues`) of
-    metric − null over samples, [U, len(CHANCE_METRICS)], for ``metrics`` [S, U] (each unit's
-    kept samples). ``equivalence``: the p-values of the equivalence test "at chance" instead
-    (TOST with the margins of ``[claim_v.ours.chance_margin]``, :func:`checks.nulls.tost_pvalues`;
-    a metric without a margin gets p = 1)."""
-    settings = verdicts.rule_set_settings()
-    diffs = torch.stack([metrics[m].to(torch.float64) - metrics[f"{m}_null"].to(torch.float64)
-                         for m in CHANCE_METRICS], dim=-1)  # [S, U, M]
-    s, u, m = diffs.shape
-    mask = keep.unsqueeze(-1).expand(s, u, m).reshape(s, u * m)
-    resamples = int(settings["permutation_resamples"])
-    if not equivalence:
-        p = sign_flip_pvalues(diffs.reshape(s, u * m), mask, seed, resamples)
-        return p.reshape(u, m)
-    margins = verdicts.chance_margins(CLAIM)
-    margin = torch.tensor([margins.get(name, math.nan) for name in CHANCE_METRICS],
-                          dtype=torch.float64)
-    p = tost_pvalues(diffs.reshape(s, u * m), mask, margin.repeat(u), seed, resamples)
-    return torch.where(torch.isnan(margin).repeat(u), torch.ones_like(p), p).reshape(u, m)
-
-
-def smallest_p(n_kept: int) -> float:
-    """The smallest p-value the sign-flip test can give with ``n_kept`` samples: 2**−n when
-    exact, 1/(R + 1) when Monte Carlo (method §7)."""
-    from checks.stats import EXACT_SIGN_FLIP_MAX_N
-
-    if n_kept <= EXACT_SIGN_FLIP_MAX_N:
-        return 2.0 ** -int(n_kept)
-    return 1.0 / (int(verdicts.rule_set_settings()["permutation_resamples"]) + 1.0)
-
-
-def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int,
-                   tost: torch.Tensor | None = None,
-                   tost_adjusted: torch.Tensor | None = None) -> dict:
-    """``{metric: {"p", "p_adjusted", "above_chance", "can_reject", "tost_p",
-    "tost_p_adjusted", "at_chance", "margin"}}`` from p-values [len(CHANCE_METRICS)] of the
-    test against chance and (optional) of the equivalence test (method §7.2). ``can_reject``
-    is False when even the most extreme data could not reach p < alpha with ``n_kept`` samples
-    (e.g. 2**−4 = 0.0625 with 4): then neither "above chance" nor "at chance" can be shown.
-    "Not above chance" is never read as "at chance": only the equivalence test says that."""
-    alpha = float(verdicts.rule_set_settings()["alpha"])
-    can = smallest_p(n_kept) < alpha
-    margins = verdicts.chance_margins(CLAIM)
-    out = {}
-    for i, m in enumerate(CHANCE_METRICS):
-        entry = {"p": float(p[i]), "p_adjusted": float(p_adjusted[i]),
-                 "above_chance": bool(float(p_adjusted[i]) < alpha), "can_reject": can}
-        if tost is not None:
-            adj = tost if tost_adjusted is None else tost_adjusted
-            entry.update({"tost_p": float(tost[i]), "tost_p_adjusted": float(adj[i]),
-                          "at_chance": bool(can and float(adj[i]) < alpha),
-                          "margin": margins.get(m)})
-        out[m] = entry
-    return out
-
-
 def _keep_mask(undetermined: torch.Tensor) -> tuple[torch.Tensor, bool]:
     keep = ~undetermined
     n_total = int(keep.numel())
@@ -165,30 +64,27 @@ def _keep_mask(undetermined: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return (keep if judged else torch.ones_like(keep)), judged
 
 
-_CHANCE_CACHE: dict[tuple, tuple[tuple, dict]] = {}
-
-
 def head_seed(model: str) -> int:
     """The seed of the head-level bootstrap resamples of a model's claim-V records."""
     return seed_from(f"V-{model}-heads")
 
 
 def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
-                    heads: list[int]) -> dict[tuple[int, int], dict]:
+                    heads: list[int], cache: dict | None = None) -> dict[tuple[int, int], dict]:
     """Per selected (layer, head) of a model: ``vs_null`` (the test against chance, BH-adjusted,
     or as ``[rule_sets.ours].correction`` says, across those heads, per metric) and ``ci`` /
     ``ci_null`` (bootstrap intervals, all heads in one pass) (method §7).
 
     All units share one sign matrix seeded from the model name, so a head's raw p-value does not
     depend on which heads are selected; the adjusted one depends on the selection (the family).
-    Memoised per (model, selection, layer tensors): every head test of a model reuses one pass."""
+    ``cache``: a dict owned by the caller whose ``per_layer`` tensors are fixed (a model run's
+    ``statistics``), where the result is kept under (model, selection, rule-set settings), so
+    that every head test of a model reuses one pass; None: computed afresh."""
     layers = sorted(per_layer)
-    refs = tuple(per_layer[l] for l in layers)
-    key = (model, tuple(layers), tuple(heads), tuple(map(id, refs)),
+    key = ("V-head-statistics", model, tuple(layers), tuple(heads),
            tuple(sorted(verdicts.rule_set_settings().items())))
-    hit = _CHANCE_CACHE.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], refs)):  # ids are reused after GC
-        return hit[1]
+    if cache is not None and key in cache:
+        return cache[key]
     metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
                for name in CHANCE_METRICS for n in (name, f"{name}_null")}
     undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
@@ -207,9 +103,8 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
                    for name in METRICS for n in (name, f"{name}_null")}
     for unit, stats in zip(units, interval_stats(all_metrics, keep, head_seed(model), per_unit=True)):
         result[unit].update(stats)
-    if len(_CHANCE_CACHE) > 64:
-        _CHANCE_CACHE.clear()
-    _CHANCE_CACHE[key] = (refs, result)  # holds the layer dicts, so their ids stay theirs
+    if cache is not None:
+        cache[key] = result
     return result
 
 
@@ -389,6 +284,64 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
                    head_verdicts_by_rules=head_verdicts_by_rules or None, **result)
 
 
+def head_records(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                 rules: str = "ours", cache: dict | None = None) -> dict[tuple[int, int], VRecord]:
+    """The record of every selected (layer, head) of a model, tested against chance and
+    adjusted across them (:func:`head_statistics`, kept in ``cache``)."""
+    stats = head_statistics(model, per_layer, heads, cache)
+    return {(layer, head): head_record(model, layer, head, per_layer[layer],
+                                       statistics=stats[(layer, head)], rules=rules)
+            for layer in sorted(per_layer) for head in heads}
+
+
+def verdict_counts(records) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """How many of ``records`` got each verdict (in order of first appearance), overall and per
+    rule set: the model record's ``head_verdicts`` and ``head_verdicts_by_rules``."""
+    overall: dict[str, int] = {}
+    by_rules: dict[str, dict[str, int]] = {}
+    for rec in records:
+        overall[rec["verdict"]] = overall.get(rec["verdict"], 0) + 1
+        for rule_set, verdict in rec["verdicts"].items():
+            counts = by_rules.setdefault(rule_set, {})
+            counts[verdict] = counts.get(verdict, 0) + 1
+    return overall, by_rules
+
+
+def model_over_heads(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                     rules: str = "ours", cache: dict | None = None
+                     ) -> tuple[VRecord, dict[tuple[int, int], VRecord]]:
+    """The model record with its head verdicts counted, and the head records it counts."""
+    heads_of = head_records(model, per_layer, heads, rules, cache)
+    counts, by_rules = verdict_counts(heads_of.values())
+    record = model_record(model, per_layer, heads, counts, rules=rules,
+                          head_verdicts_by_rules=by_rules)
+    return record, heads_of
+
+
+def record_for_head(run, model: str, layer: int, head: int, layers: list[int],
+                    heads: list[int]) -> VRecord:
+    """A head test's record from its model run (``run.layer_metrics``, ``run.options.rules``,
+    ``run.statistics``): tested against chance across the selected ``layers`` × ``heads``, whose
+    statistics the run keeps, so the model's head tests share one pass (method §7)."""
+    per_layer = {l: run.layer_metrics("V", l) for l in layers}
+    stats = head_statistics(model, per_layer, heads, run.statistics)
+    return head_record(model, layer, head, per_layer[layer], statistics=stats.get((layer, head)),
+                       rules=run.options.rules)
+
+
+def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> VRecord:
+    """A model test's record from its model run: P2's aggregation over ``layers`` × ``heads``."""
+    per_layer = {l: run.layer_metrics("V", l) for l in layers}
+    return model_over_heads(model, per_layer, heads, run.options.rules, run.statistics)[0]
+
+
+def model_message(record: VRecord) -> str:
+    """The failure/skip message of a model test: :func:`message` naming the aggregation."""
+    return message(record, f"model {record.model} (P2's aggregation over {len(record.layers)} "
+                           f"layers x {len(record.heads)} heads x samples); head verdicts "
+                           f"{record.head_verdicts}")
+
+
 def message(record: VRecord, what: str) -> str:
     """The failure/skip message of a claim-V test: verdict, each metric, threshold, source, null."""
     unit = "samples" if record.level == "head" else "(layer, head, sample) units"
@@ -399,94 +352,31 @@ def message(record: VRecord, what: str) -> str:
         return f"{head}: {record.reason}"
     return f"{head}\n{record.evidence}"
 
-# ------------------------------------------------------------------ per-layer computation
-# Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
-# a fixtures.engine.layer_context.LayerContext; the session caches the result, checks it is finite and
-# reports progress. Moved from fixtures/engine/claim_session.py (ModelRun._compute_claim_v, _p2_code).
-def cache_settings() -> dict:
-    """Settings the cached claim-V metrics depend on beyond the run options: the allclose
-    tolerances of ``[claim_v.allclose]`` (method §2.1)."""
-    return {"allclose": verdicts.allclose_tolerance()}
 
-
-def layer_metrics(ctx) -> dict[str, torch.Tensor]:
-    """Claim-V metrics of every (sample, head) of one layer: tensors of shape [B, H]."""
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-    from checks.errors import NonFiniteError
-    from checks.p2_code import p2_code_subset, scatter_rows
-    from checks.similarity import matched_cosine
-    from checks.value_vectors import value_vector_metrics_batched
-
-    info = ctx.info
-    shape = ctx.shape
-    d = info["head_dim"]
-    lengths = ctx.token_counts()
-    gens = [torch.Generator().manual_seed(seed_from(ctx.head_id(h)))
-            for h in range(shape[1])]
-    # The null's token permutations (ΠV̂, method §2.3), in sample order for every head whatever
-    # the grouping: one generator per head, one permutation per (sample, head).
-    nulls = [torch.stack([torch.randperm(int(n), generator=g) for g in gens]) for n in lengths]
-    p2_samples = p2_code_subset(shape[0], ctx.model)  # method §8.3: a seeded subset
-    out: dict[str, torch.Tensor] = {}
-    # The Hungarian steps (scipy, CPU; it releases the GIL) of one batch run in other threads
-    # (one on the CPU, several beside a GPU: assignment_threads) while the next batch's
-    # tensor math runs here; at most two batches of cosine matrices wait, so memory stays
-    # bounded.
-    pool = ThreadPoolExecutor(max_workers=ctx.assignment_threads,
-                              thread_name_prefix="kpca-assignment")
-    pending: list[tuple[list[int], slice, list[Future], list[Future], list[int],
-                        list[Future]]] = []
-
-    def finish_oldest() -> None:
-        done_chunk, done_heads, against_v_hat, against_null, rows, p2code = pending.pop(0)
-        optimal = torch.stack([f.result() for f in against_v_hat])
-        ctx.fill(out, done_chunk, done_heads, {
-            "optimal_cosine": optimal,
-            # the optimal matching ignores token order: against ΠV̂ it is the same (method §2.3)
-            "optimal_cosine_null": optimal.clone(),
-            "p2code_optimal_cosine": scatter_rows([f.result() for f in p2code], rows,
-                                                  *optimal.shape)})
-
-    try:
-        for chunk, heads, _q, k, v in ctx.groups():
-            perm = torch.stack([nulls[b][heads] for b in chunk]).to(k.device)
-            try:
-                m = value_vector_metrics_batched(
-                    k, v, scale=info["scale"], standardize=ctx.options.standardize,
-                    convention=ctx.options.convention, null_perm=perm,
-                    dtype=ctx.options.torch_dtype, defer_matching=True,
-                    **verdicts.allclose_tolerance())
-            except NonFiniteError as exc:
-                raise ctx.located(exc, chunk, heads) from exc
-            cos = m.pop("cosine_matrices")
-            rows = [i for i, b in enumerate(chunk) if p2_samples[b]]
-            p2code = _p2_code(k, v, info, ctx.options, m, rows)  # method §8.3: never judged
-            pending.append((chunk, heads,  # one task per sample and target: [H, N, N] each
-                            [pool.submit(matched_cosine, c) for c in cos[0]],
-                            [],  # no matching against ΠV̂: it would repeat the one above
-                            rows, [pool.submit(matched_cosine, c) for c in p2code]))
-            n_tok = k.shape[-2]
-            m["n_tokens"] = torch.full(m["undetermined"].shape, float(n_tok))
-            m["few_tokens"] = torch.full(m["undetermined"].shape, n_tok <= d)  # N ≤ d: μ_d = 0
-            ctx.fill(out, chunk, heads, m)
-            while len(pending) > 1:
-                finish_oldest()
-        while pending:
-            finish_oldest()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return out
-
-
-def _p2_code(k: torch.Tensor, v: torch.Tensor, info: dict, options, m: dict,
-             rows: list[int]) -> list[torch.Tensor]:
-    """Claim V's sign-dependent metrics with P2's code conventions (method §8.3) for the samples
-    ``rows`` of the batch (NaN for the others), added to ``m`` as ``p2code_direct_cosine`` and
-    ``p2code_pearson``; returns those samples' cosine matrices, whose Hungarian step gives
-    ``p2code_optimal_cosine``."""
-    from checks.p2_code import p2_code_metrics_on
-
-    p2, cos = p2_code_metrics_on(k, v, rows, scale=info["scale"], standardize=options.standardize)
-    m["p2code_direct_cosine"], m["p2code_pearson"] = p2["direct_cosine"], p2["pearson"]
-    return cos
+def sample_rows(record: dict, run) -> list[dict]:
+    """``--save-samples`` (``ClaimSpec.sample_rows``): one row per sample behind a head record,
+    keyed like the record (claim, model, level, layer, head) plus ``sample`` (its index in the
+    input set) and ``sample_name``: every per-sample metric and its null (``<metric>_null``),
+    whether the sample is undetermined and whether it enters the record's means (``used``); the
+    mean of a column over the used rows is the record's value (method §2). A model record's
+    means are the means over the used rows of its heads' rows (``undetermined`` False, or all
+    rows when the model itself is undetermined), so it has no rows of its own. Non-finite values
+    are written as null."""
+    if record.get("level") != "head":
+        return []
+    layer, head = record["layer"], record["head"]
+    metrics = run.layer_metrics("V", layer)
+    names = run.prepare()["input_set"].get("names") or []
+    undetermined = metrics["undetermined"][:, head].bool()
+    used = (torch.ones_like(undetermined) if record.get("verdict") == verdicts.UNDETERMINED
+            else ~undetermined)
+    rows = []
+    for s in range(int(undetermined.numel())):
+        row = {"claim": "V", "model": record["model"], "level": "head", "layer": layer, "head": head,
+               "sample": s, "sample_name": names[s] if s < len(names) else None,
+               "undetermined": bool(undetermined[s]), "used": bool(used[s])}
+        for name in METRICS:
+            row[name] = finite_or_none(metrics[name][s, head])
+            row[f"{name}_null"] = finite_or_none(metrics[f"{name}_null"][s, head])
+        rows.append(row)
+    return rows

@@ -284,3 +284,44 @@ def seed_distribution(model: str, rows: list[dict], rules: str) -> dict:
             "distribution": dist, "metric_spread": spread,
             "unanimous": {c: {rs: (next(iter(d)) if len(d) == 1 else None)
                               for rs, d in dist[c].items()} for c in claims}}
+
+
+def dynamics_of_series(series: str, points, rules: str) -> dict:
+    """``--training-dynamics``: :func:`series_dynamics` over the checkpoints ``points`` of a
+    series (each with ``step``, ``run``, ``sidecar``), with claims V, E and J's per-layer metrics
+    of every layer."""
+    checkpoints, info = [], None
+    for point in points:
+        info = point.run.prepare()
+        layers = range(info["n_layers"])
+        checkpoints.append({"step": point.step, "test_accuracy": point.sidecar.get("test_accuracy"),
+                            **{c: {l: point.run.layer_metrics(c, l) for l in layers}
+                               for c in ("V", "E", "J")}})
+    return series_dynamics(series, info["key"], checkpoints, list(range(info["n_heads"])),
+                           info["head_dim"], rules=rules)
+
+
+def seed_row(model: str, seed: int, run, layers: list[int], heads: list[int], rules: str) -> dict:
+    """``--seeds``: one training seed's row of :func:`seed_distribution`: the model verdicts of
+    claims V, J and E on the run of that seed's model, the head verdict counts of V and γ, and
+    their headline metrics."""
+    from . import claim_j
+    from . import multiverse as mv
+
+    info = run.prepare()
+    v = mv.v_outcomes(model, {l: run.layer_metrics("V", l) for l in layers}, heads, rules)
+    e = mv.e_outcomes(model, {l: run.layer_metrics("E", l) for l in layers}, heads,
+                      info["head_dim"], rules)
+    j = claim_j.model_record(model, {l: run.layer_metrics("J", l) for l in layers}, heads,
+                             rules=rules).to_json()
+    return {"seed": seed, "checkpoint_hash": info["checkpoint_hash"],
+            "verdicts": {"V": v["model"]["verdicts"], "J": j["verdicts"],
+                         "E": e["model"]["verdicts"]},
+            "head_verdicts": {
+                "V": {r: mv.counts(u["verdicts"][r] for u in v["units"].values())
+                      for r in ("p2", "ours")},
+                "E-gamma": {r: mv.counts(u["verdicts"][r] for u in e["units"].values())
+                            for r in ("p2", "ours")}},
+            "metrics": {"V": {m: v["model"]["metrics"][m] for m in mv.HEADLINE["V"]},
+                        "J": {m: j["metrics"][m] for m in mv.HEADLINE["J"]},
+                        "E": {m: e["model"]["metrics"][m] for m in mv.HEADLINE["E"]}}}

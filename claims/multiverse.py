@@ -207,20 +207,8 @@ def v_outcomes(model: str, per_layer: dict, heads: list[int], rules: str) -> dic
     build them (claims/test_value_vectors.py): ``{"model": record, "units": {name: record}}``."""
     from . import claim_v
 
-    layers = sorted(per_layer)
-    stats = claim_v.head_statistics(model, per_layer, heads)
-    units, head_verdicts, by_rules = {}, {}, {}
-    for layer in layers:
-        for head in heads:
-            rec = claim_v.head_record(model, layer, head, per_layer[layer],
-                                      statistics=stats[(layer, head)], rules=rules)
-            units[f"L{layer:02d}-H{head}"] = rec
-            head_verdicts[rec["verdict"]] = head_verdicts.get(rec["verdict"], 0) + 1
-            for rule_set, verdict in rec["verdicts"].items():
-                c = by_rules.setdefault(rule_set, {})
-                c[verdict] = c.get(verdict, 0) + 1
-    record = claim_v.model_record(model, per_layer, heads, head_verdicts, rules=rules,
-                                  head_verdicts_by_rules=by_rules)
+    record, heads_of = claim_v.model_over_heads(model, per_layer, heads, rules)
+    units = {f"L{layer:02d}-H{head}": rec for (layer, head), rec in heads_of.items()}
     return _plain({"model": record, "units": units})
 
 
@@ -293,9 +281,8 @@ def e_outcomes(model: str, per_layer: dict, heads: list[int], head_dim: int, rul
     (claims/test_gram_spectrum.py)."""
     from . import claim_e
 
-    units = {f"L{layer:02d}-H{head}": claim_e.head_record(model, layer, head, per_layer[layer],
-                                                           rules=rules)
-             for layer in sorted(per_layer) for head in heads}
+    units = {f"L{layer:02d}-H{head}": rec
+             for (layer, head), rec in claim_e.head_records(model, per_layer, heads, rules).items()}
     return _plain({"model": claim_e.model_record(model, per_layer, heads, head_dim, rules=rules),
                    "units": units})
 

@@ -264,3 +264,13 @@ def record_class(claim, level) -> type[Record]:
 def as_json(record) -> dict[str, Any]:
     """A record as its JSON object: a typed record's :meth:`Record.to_json`, a dict as it is."""
     return record.to_json() if hasattr(record, "to_json") else dict(record)
+
+
+def finite_or_none(x) -> float | None:
+    """A number for a JSON row: the float, or None when it is not finite (method §6.2).
+
+    >>> finite_or_none(0.5), finite_or_none(float("nan")), finite_or_none(float("-inf"))
+    (0.5, None, None)
+    """
+    x = float(x)
+    return x if x == x and abs(x) != float("inf") else None

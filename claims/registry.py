@@ -78,6 +78,19 @@ class ClaimSpec:
     tests : str or None
         The test module that judges it (``"claims/test_value_vectors.py"``), for tables that
         group tests by claim.
+    method_version : str
+        The version of its method (metrics, nulls, verdict rules), recorded in results.json's
+        ``methods``: bump it when a metric's definition changes, so that records of two versions
+        are not compared as equals (the code and threshold digests beside it change with any edit).
+    record_sections : dict
+        ``{level: section}``: the rule section a record of that level is judged by, where it is not
+        ``section`` (claim J's series records: ``"claim_j_trend"``); its judged metrics lead the
+        record's one-line evidence (:func:`claims.outcome.one_line`).
+    sample_rows : str, callable or None
+        ``"module:function"`` (or the function) giving the ``--save-samples`` rows behind one of
+        its records: ``sample_rows(record, run) -> list[dict]``, ``run`` the record's
+        :class:`fixtures.engine.model_run.ModelRun` (``run.layer_metrics(id, layer)``,
+        ``run.prepare()``); ``[]`` for a record without rows. None: its records have no rows.
     """
 
     id: str
@@ -97,6 +110,9 @@ class ClaimSpec:
     thresholds: dict | str | None = None
     tests: str | None = None
     nonfinite_ok: tuple[str, ...] = ()
+    method_version: str = "1"
+    record_sections: dict[str, str] = field(default_factory=dict)
+    sample_rows: str | Callable | None = None
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -104,6 +120,13 @@ class ClaimSpec:
         bad = [lv for lv in self.levels if lv not in UNITS]
         if bad:
             raise ValueError(f"claim {self.id!r}: levels {bad} are not among {UNITS}")
+        stray = [lv for lv in self.record_sections if lv not in self.levels]
+        if stray:
+            raise ValueError(f"claim {self.id!r}: record_sections names levels {stray} that are "
+                             f"not among its levels {self.levels}")
+        if not isinstance(self.method_version, str) or not self.method_version:
+            raise ValueError(f"claim {self.id!r}: method_version must be a non-empty string, "
+                             f"not {self.method_version!r}")
 
 
 _CLAIMS: dict[str, ClaimSpec] = {}

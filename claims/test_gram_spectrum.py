@@ -8,24 +8,20 @@ eigenvectors and P2's perturbed basis. Thresholds: thresholds.toml.
 import pytest
 
 from claims import claim_e
-from claims.verdicts import assert_supported
+from claims.outcome import assert_supported
 
 pytestmark = pytest.mark.kpca_claim("E")  # the claim these tests judge (claims/registry.py)
 
 
 def test_eigenvalue_statistics(model_ref, claim_session, record_result, collected_heads):
     run = claim_session.run(model_ref.model)
-    layers, heads = collected_heads(model_ref.model)
-    record = claim_e.model_record(model_ref.model,
-                                  {layer: run.layer_metrics("E", layer) for layer in layers}, heads,
-                                  run.prepare()["head_dim"], rules=run.options.rules)
+    record = claim_e.record_for_model(run, model_ref.model, *collected_heads(model_ref.model))
     record_result(record, run)
     assert_supported(record, claim_e.message(record, f"model {model_ref.model}"))
 
 
 def test_gamma_constancy(head_ref, claim_session, record_result):
     run = claim_session.run(head_ref.model)
-    record = claim_e.head_record(head_ref.model, head_ref.layer, head_ref.head,
-                                 run.layer_metrics("E", head_ref.layer), rules=run.options.rules)
+    record = claim_e.record_for_head(run, head_ref.model, head_ref.layer, head_ref.head)
     record_result(record, run)
     assert_supported(record, claim_e.message(record, head_ref.id))

@@ -11,7 +11,7 @@ import pytest
 
 from checks.corruptions import SEVERITIES
 from claims import claim_r
-from claims.verdicts import assert_supported
+from claims.outcome import assert_supported
 
 # the claim these tests judge (claims/registry.py); `rpc`: run only with -m rpc; one worker
 pytestmark = [pytest.mark.kpca_claim("R"), pytest.mark.rpc, pytest.mark.xdist_group("rpc")]

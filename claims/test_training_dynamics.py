@@ -6,22 +6,13 @@ write results.json's ``training_dynamics`` and ``seed_spread``."""
 
 import pytest
 
-from claims import claim_j, dynamics, multiverse
+from claims import dynamics
 
 
 @pytest.mark.kpca_opt_in("--training-dynamics")
 def test_training_dynamics(series_ref, claim_session, record_extra):
-    checkpoints, info = [], None
-    for point in claim_session.series(series_ref.name):
-        info = point.run.prepare()
-        layers = range(info["n_layers"])
-        checkpoints.append({"step": point.step, "test_accuracy": point.sidecar.get("test_accuracy"),
-                            **{c: {l: point.run.layer_metrics(c, l) for l in layers}
-                               for c in ("V", "E", "J")}})
-    result = dynamics.series_dynamics(series_ref.name, info["key"], checkpoints,
-                                      list(range(info["n_heads"])), info["head_dim"],
-                                      rules=claim_session.options.rules)
-    record_extra("training_dynamics", result)
+    record_extra("training_dynamics", dynamics.dynamics_of_series(
+        series_ref.name, claim_session.series(series_ref.name), claim_session.options.rules))
 
 
 @pytest.mark.kpca_opt_in("--seeds")
@@ -32,25 +23,6 @@ def test_seed_spread(series_ref, claim_session, seed_runs, collected_heads, reco
         pytest.skip(f"--seeds: {series_ref.name} is not a model this suite trains")
     layers, heads = collected_heads(series_ref.name)
     rules = claim_session.options.rules
-    rows = []
-    for seed in range(n_seeds):
-        run = run_of(series_ref.name, seed)
-        info = run.prepare()
-        v = multiverse.v_outcomes(series_ref.name, {l: run.layer_metrics("V", l) for l in layers},
-                                  heads, rules)
-        e = multiverse.e_outcomes(series_ref.name, {l: run.layer_metrics("E", l) for l in layers},
-                                  heads, info["head_dim"], rules)
-        j = claim_j.model_record(series_ref.name, {l: run.layer_metrics("J", l) for l in layers},
-                                 heads, rules=rules).to_json()
-        rows.append({"seed": seed, "checkpoint_hash": info["checkpoint_hash"],
-                     "verdicts": {"V": v["model"]["verdicts"], "J": j["verdicts"],
-                                  "E": e["model"]["verdicts"]},
-                     "head_verdicts": {
-                         "V": {r: multiverse.counts(u["verdicts"][r] for u in v["units"].values())
-                               for r in ("p2", "ours")},
-                         "E-gamma": {r: multiverse.counts(u["verdicts"][r] for u in e["units"].values())
-                                     for r in ("p2", "ours")}},
-                     "metrics": {"V": {m: v["model"]["metrics"][m] for m in multiverse.HEADLINE["V"]},
-                                 "J": {m: j["metrics"][m] for m in multiverse.HEADLINE["J"]},
-                                 "E": {m: e["model"]["metrics"][m] for m in multiverse.HEADLINE["E"]}}})
+    rows = [dynamics.seed_row(series_ref.name, seed, run_of(series_ref.name, seed), layers, heads,
+                              rules) for seed in range(n_seeds)]
     record_extra("seed_spread", dynamics.seed_distribution(series_ref.name, rows, rules))

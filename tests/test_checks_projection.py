@@ -310,14 +310,14 @@ def test_term_attribution_known_answers():
 
 @pytest.mark.parametrize("n", [65, 79, 80])
 def test_output_fit_of_one_head_alone_equals_the_same_head_inside_a_batch(n):
-    """claims.claim_j.output_fit_terms gives a head the same bits alone ([1, 1, n, d], as a
+    """claims.projection_layer.output_fit_terms gives a head the same bits alone ([1, 1, n, d], as a
     --max-memory split gives it) as inside a batch of 2 samples × 5 heads. Odd n is the case that
     failed with a batched fit: every second n×n matrix of the batch does not start on a 16-byte
     boundary, and MKL's eigh and products round it differently (~1e-16 in V̂). The values also
     agree with the batched route of checks.output_fit.kpca_output_fit, computed here directly."""
     from checks.nulls import shuffled_token_null, token_permutations
     from checks.output_fit import kpca_output_fit
-    from claims.claim_j import output_fit_terms
+    from claims.projection_layer import output_fit_terms
 
     b, h, d = 2, 5, 32
     q, k, v = (randn(b, h, n, d, seed=n + i) for i in range(3))

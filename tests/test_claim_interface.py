@@ -31,7 +31,7 @@ TOY_CLAIM = '''
     import torch
 
     from claims import registry, verdicts
-    from claims.verdicts import assert_supported
+    from claims.outcome import assert_supported
 
     BAR = {"value": 0.9, "source": "toy bar of tests/test_claim_interface.py"}
 
@@ -47,6 +47,14 @@ TOY_CLAIM = '''
         return out
 
 
+    def sample_rows(record, run):
+        """--save-samples: each sample's normalised entropy behind a head record."""
+        entropy = run.layer_metrics("H", record["layer"])["entropy"][:, record["head"]]
+        return [{"claim": "H", "model": record["model"], "level": "head",
+                 "layer": record["layer"], "head": record["head"], "sample": s,
+                 "normalised_entropy": float(x)} for s, x in enumerate(entropy)]
+
+
     registry.register(registry.ClaimSpec(
         id="H", section="claim_h", title="Attention entropy is below 0.9",
         statement="Each head's attention is sharper than uniform: its softmax rows have a "
@@ -55,7 +63,8 @@ TOY_CLAIM = '''
         layer_metrics=layer_metrics, metrics=("normalised_entropy",),
         thresholds={"claim_h": {
             "supported": {"normalised_entropy": {**BAR, "direction": "<"}},
-            "refuted": {"normalised_entropy": {**BAR, "direction": ">="}}}}))
+            "refuted": {"normalised_entropy": {**BAR, "direction": ">="}}}},
+        method_version="0.1", record_sections={"head": "claim_h"}, sample_rows=sample_rows))
 
     pytestmark = pytest.mark.kpca_claim("H")
 
@@ -152,7 +161,51 @@ def test_a_spec_may_give_its_computation_as_a_callable():
         return {}
 
     assert registry.resolve(compute) is compute
-    assert registry.resolve("claims.claim_v:layer_metrics").__name__ == "layer_metrics"
+    assert registry.resolve("claims.value_layer:layer_metrics").__name__ == "layer_metrics"
+
+
+def test_the_built_in_claims_carry_their_method_version_sections_and_sample_rows():
+    from claims import outcome
+
+    v, j, e = (registry.get(c) for c in ("V", "J", "E"))
+    assert (v.method_version, j.method_version, e.method_version) == ("1", "1", "1")
+    # the rule section of each kind of record, as the one-line evidence reads it
+    sections = {(c, level): outcome.rule_section({"claim": c, "level": level})
+                for c in ("V", "J", "E") for level in registry.get(c).levels}
+    assert sections == {("V", "head"): "claim_v", ("V", "model"): "claim_v",
+                        ("J", "layer"): "claim_j", ("J", "model"): "claim_j",
+                        ("J", "series"): "claim_j_trend",
+                        ("E", "head"): "claim_e_gamma", ("E", "model"): "claim_e"}
+    assert all(s in verdicts.load_thresholds() for s in sections.values())
+    assert v.sample_rows == "claims.claim_v:sample_rows" and e.sample_rows and j.sample_rows is None
+    assert callable(registry.resolve(v.sample_rows)) and callable(registry.resolve(e.sample_rows))
+
+
+def test_sample_rows_are_the_claims_own_and_none_for_others():
+    from fixtures.plugin.transport import sample_rows
+
+    seen = []
+    spec = registry.ClaimSpec(id="T", section="claim_t", title="t", statement="t", source="t",
+                              unit="head", levels=("head",),
+                              sample_rows=lambda record, run: seen.append(run) or [{"x": 1}])
+    registry.register(spec)
+    try:
+        assert sample_rows({"claim": "T", "level": "head"}, "the run") == [{"x": 1}]
+        assert seen == ["the run"]
+    finally:
+        registry.unregister("T")
+    assert sample_rows({"claim": "T", "level": "head"}, None) == []  # not registered
+    assert sample_rows({"claim": "J", "level": "layer"}, None) == []  # J declares none
+    assert sample_rows({"claim": "V", "level": "model"}, None) == []  # V: head records only
+
+
+def test_a_spec_names_only_its_own_levels_and_a_version():
+    with pytest.raises(ValueError, match=r"claim 'T': record_sections names levels \['model'\]"):
+        registry.ClaimSpec(id="T", section="claim_t", title="t", statement="t", source="t",
+                           unit="head", levels=("head",), record_sections={"model": "claim_t"})
+    with pytest.raises(ValueError, match="claim 'T': method_version must be a non-empty string"):
+        registry.ClaimSpec(id="T", section="claim_t", title="t", statement="t", source="t",
+                           unit="head", levels=("head",), method_version=2)
 
 
 def test_a_claims_own_thresholds_join_the_files_and_may_not_contradict_it():
@@ -196,8 +249,8 @@ def test_the_cache_key_of_a_claims_metrics_covers_its_own_code(tmp_path):
 
     from fixtures.engine.model_run import _claim_code
 
-    assert _claim_code(registry.get("V")) == ("fixtures.engine.model_run", "claims.claim_v")
-    assert _claim_code(registry.get("J"))[-1] == "claims.claim_j"
+    assert _claim_code(registry.get("V")) == ("fixtures.engine.model_run", "claims.value_layer")
+    assert _claim_code(registry.get("J"))[-1] == "claims.projection_layer"
     assert "fixtures.engine.rpc_study" in _claim_code(registry.get("R"))
     # a claim defined outside the project: its file, by absolute path
     (tmp_path / "my_claim.py").write_text("def layer_metrics(ctx):\n    return {}\n")
@@ -285,7 +338,7 @@ def toy_run(tmp_path_factory):
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "claims"), str(base / "test_entropy_claim.py"),
            "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "-p", "no:cacheprovider",
            *SMALL, "--out", str(out), "--cache-dir", str(cache), "-k", "attention_entropy",
-           "-v"]
+           "-v", "--save-samples"]
     proc = subprocess.run(cmd, cwd=base, capture_output=True, text=True, timeout=600)
     return SimpleNamespace(proc=proc, out=out, cache=cache)
 
@@ -310,6 +363,14 @@ def test_a_toy_claim_from_one_test_file_runs_through_the_interface(toy_run):
     assert results["thresholds"]["claim_h"]["supported"]["normalised_entropy"]["value"] == 0.9
     assert "claim_v" in results["thresholds"]
     assert set(results["methods"]) == {"V", "J", "E", "R", "H"}
+    assert results["methods"]["H"]["version"] == "0.1"  # ClaimSpec.method_version
+    # --save-samples: its rows, as its spec's sample_rows gives them, beside V's and E's
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    toy = [r for r in rows if r["claim"] == "H"]
+    assert sorted((r["head"], r["sample"]) for r in toy) == [(h, s) for h in (0, 1) for s in range(4)]
+    for rec in records:  # the record's value is the mean of its rows
+        mine = [r["normalised_entropy"] for r in toy if r["head"] == rec["head"]]
+        assert rec["metrics"]["normalised_entropy"] == pytest.approx(sum(mine) / len(mine))
     # its per-layer metrics were computed once and cached under its own folder, like V's
     assert len(list((toy_run.cache / "claim_H").glob("*/metrics.safetensors"))) == 1
     # the verdict table names it

@@ -127,7 +127,7 @@ def test_assignment_threads_one_on_cpu_and_a_share_of_the_cores_beside_a_gpu(mon
 def test_head_chunks_for_long_sequences_give_the_same_numbers(tmp_path):
     """When one sample's heads exceed --max-memory (long sequences), batches split the heads of
     one sample; claim V and J numbers and claim E's spectra do not depend on it. Claim J's are
-    the same bits (its output fit is solved head by head, claims.claim_j.output_fit_terms), NaN
+    the same bits (its output fit is solved head by head, claims.projection_layer.output_fit_terms), NaN
     padding of the per-token terms included; V and E agree within 1e-9 relative (batched
     eigensolvers: MKL rounds a misaligned matrix of the batch differently, ~1e-16)."""
     from fixtures.cache import Cache

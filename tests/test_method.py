@@ -18,7 +18,7 @@ from checks.errors import UndefinedValueError, defined
 from checks.gram import KeyGram
 from checks.projection_summary import pooled_terms, spearman_rho
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_e, claim_j, claim_r, claim_v, verdicts
+from claims import claim_e, claim_j, claim_r, claim_v, gamma_stats, outcome, verdicts
 from tests._helpers import F64
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,7 @@ def test_a_claim_j_fit_that_cannot_discriminate_gives_its_reason_once():
     assert record["reason"].startswith(", ".join(sorted(claim_j.OURS_METRICS)) + " have no value: ")
     message = claim_j.message(record, "m L00")  # the full evidence (terminal, -v)
     assert message.count(why) == 1 and message.count("have no value") == 1, message
-    line = verdicts.one_line(record)  # what JUnit's skip message carries (fixtures/plugin/results.py)
+    line = outcome.one_line(record)  # what JUnit's skip message carries (fixtures/plugin/results.py)
     assert line.count(why) == 1 and len(line.encode()) < 512, line
     # reasons that differ stay apart, each after its own metrics
     assert verdicts.missing_reason(["a", "b", "c"], {"a": "x", "c": "x", "b": "y"}) == \
@@ -439,7 +439,6 @@ def _rule_set_probe(path, tmp_path, monkeypatch):
         metrics["undetermined"] = torch.zeros(30, 1, dtype=torch.bool)
 
         def measured():
-            claim_v._CHANCE_CACHE.clear()
             test = claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"]["subspace_overlap"]
             return test["p"] if name == "permutation_resamples" else test["above_chance"]
         edited = 99 if name == "permutation_resamples" else 1e-9
@@ -530,7 +529,6 @@ def _chance_margin_probe(path, tmp_path, monkeypatch):
         metrics["undetermined"] = torch.zeros(20, 1, dtype=torch.bool)
 
         def at_chance():
-            claim_v._CHANCE_CACHE.clear()
             return claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"][metric]["at_chance"]
     elif claim == "claim_e_gamma":
         t = {"gamma_learned_subspace": 0.5 + 0.01 * torch.randn(20, 1, generator=gen, dtype=F64),
@@ -538,7 +536,7 @@ def _chance_margin_probe(path, tmp_path, monkeypatch):
         keep = torch.ones(20, 1, dtype=torch.bool)
 
         def at_chance():
-            return claim_e.chance_tests(t, keep, 0)[0]["at_chance"]
+            return gamma_stats.chance_tests(t, keep, 0)[0]["at_chance"]
     else:
         terms = _j_ours_terms({"output_r2": 0.0}, samples=20, spread=0.01)
 

@@ -1,6 +1,6 @@
 """Claim V's grid of the specification curve (method §14.1): one Gram matrix per (standardise,
 dtype) for every (axis convention, null) pair, checked against the claim test's own computation
-(claims/claim_v.py ``layer_metrics``) and against ``checks.value_vectors`` per head, an
+(claims/value_layer.py ``layer_metrics``) and against ``checks.value_vectors`` per head, an
 independent route; and the optimal cosine's bounds, which decide a `p2` verdict only when both
 ends give the same one."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_v, verdicts
+from claims import claim_v, value_layer, verdicts
 from claims import multiverse as mv
 from fixtures.engine import multiverse_metrics as fmv
 from fixtures.engine.layer_context import LayerContext
@@ -53,7 +53,7 @@ def grids():
     bounded, errors = fmv.v_grid_layer(run, 0, COMBOS)
     matched, _ = fmv.v_grid_layer(run, 0, COMBOS, frozenset(
         (s, t, c) for s, t in COMBOS for c in ("p2", "kpca")))
-    main = claim_v.layer_metrics(LayerContext(run, 0, run.prepare()))
+    main = value_layer.layer_metrics(LayerContext(run, 0, run.prepare()))
     assert not errors
     return run, bounded, matched, main
 

@@ -14,7 +14,7 @@ from checks.gram import KeyGram
 from checks.nulls import rejection_rate, token_permutations, tost_pvalues
 from checks.stats import sign_flip_pvalues
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_j, claim_v, verdicts
+from claims import claim_v, projection_layer, verdicts
 
 HEADS, S, N, D = 200, 20, 65, 32
 F64 = torch.float64
@@ -61,7 +61,7 @@ def output_fit_pvalues():
         for i, (g, k, v) in enumerate(_chunks(12, independent)):
             q = k + 0.5 * torch.randn(k.shape, generator=g, dtype=F64)
             v_hat = KeyGram(k).kpca_values()
-            fit = claim_j.output_fit_terms(q, k, v_hat if v is None else v, D ** -0.5, "p2",
+            fit = projection_layer.output_fit_terms(q, k, v_hat if v is None else v, D ** -0.5, "p2",
                                            token_permutations(N, 6 + i, (S, CHUNK)))
             diffs.append(fit["r2"] - fit["r2_null"])
         out[name] = _pvalues(diffs, verdicts.chance_margins("claim_j")["output_r2"], 3)

@@ -12,7 +12,7 @@ import pytest
 
 import fixtures  # noqa: F401  (torchvision shim before timm)
 import timm  # noqa: F401  (imported here so that in-process runs never import (and register) it twice)
-from claims import verdicts
+from claims import outcome
 from fixtures.models import capture, loading as models  # noqa: F401  (likewise)
 from fixtures import plugin
 from fixtures.engine import progress, claim_session as session  # noqa: F401  (session: likewise)
@@ -31,11 +31,12 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
-def claims(pytester: pytest.Pytester, out: Path, cache: Path, *args: str) -> pytest.RunResult:
+def claims(pytester: pytest.Pytester, out: Path, cache: Path, *args: str,
+           plugins=()) -> pytest.RunResult:
     try:
         return pytester.runpytest_inprocess(
             str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
-            *SMALL, "--out", str(out), "--cache-dir", str(cache), *args)
+            *SMALL, "--out", str(out), "--cache-dir", str(cache), *args, plugins=list(plugins))
     finally:
         set_progress_writer(None)  # the inner run's terminal is gone
 
@@ -66,7 +67,7 @@ def test_default_run_ends_with_the_table_and_prints_one_line_of_evidence_per_fai
         assert marker not in text, marker
     not_supported = [r for r in results["records"] if r["verdict"] != "supported"]
     assert not_supported  # a random-init control: the claims do not hold
-    expected = {verdicts.one_line(r) for r in not_supported}
+    expected = {outcome.one_line(r) for r in not_supported}
     assert expected <= set(lines)  # each failure: its one line of evidence, nothing more
     assert not any("supported if" in line for line in lines)  # the thresholds stay in -v
     # one line per failure on top of a fixed frame (measured: 40 lines, 32 + 8 evidence, cold cache;
@@ -84,7 +85,7 @@ def test_default_run_ends_with_the_table_and_prints_one_line_of_evidence_per_fai
             continue
         failures += 1
         record = by_test[case.get("name")]
-        assert failure.get("message") == verdicts.one_line(record)
+        assert failure.get("message") == outcome.one_line(record)
         assert "\n" not in failure.get("message") and "object at 0x" not in failure.text
         assert failure.text.startswith(failure.get("message")) and "results.json" in failure.text
     assert failures == sum(r["outcome"] == "failed" for r in results["records"]) > 0
@@ -92,6 +93,52 @@ def test_default_run_ends_with_the_table_and_prints_one_line_of_evidence_per_fai
     # the report names no folder of this machine
     html = (out / "report.html").read_text()
     assert str(tmp_path) not in html and str(ROOT) not in html
+
+
+class SessionEndProbe:
+    """What pytest's terminal summary (step 3 of fixtures/plugin/session_end.py) sees."""
+
+    seen: dict = {}
+
+    def pytest_terminal_summary(self, config: pytest.Config) -> None:
+        from fixtures.plugin.state import _COLLECTED
+
+        store = config.stash[_COLLECTED]
+        self.seen = {
+            "gate": store.gate,
+            "results": store.written is not None and store.written.is_file(),
+            "report": store.report is not None and store.report.is_file(),
+            "kpca session-end hooks": sorted(
+                f"{impl.function.__module__}.{impl.function.__name__}"
+                for impl in config.hook.pytest_sessionfinish.get_hookimpls()
+                if impl.function.__module__.split(".")[0] in ("fixtures", "claims", "report"))}
+
+
+def test_session_end_runs_its_steps_in_the_stated_order(pytester, tmp_path, cache_dir):
+    """fixtures/plugin/session_end.py: results.json, the gate and the report before pytest's
+    own session end (the terminal summary sees the gate's outcome and both files; junitxml's
+    file has the gate's property), the closing lines after pytest's summary line."""
+    base, junit = tmp_path / "baseline.json", tmp_path / "junit.xml"
+    first = claims(pytester, tmp_path / "first", cache_dir, "--baseline", str(base),
+                   "--update-baseline")
+    assert first.ret == pytest.ExitCode.OK and base.is_file(), first.stdout.str()[-3000:]
+    probe, out = SessionEndProbe(), tmp_path / "out"
+    result = claims(pytester, out, cache_dir, "--baseline", str(base), "--junitxml", str(junit),
+                    plugins=[probe])
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    assert probe.seen["kpca session-end hooks"] == ["fixtures.plugin.session_end.pytest_sessionfinish"]
+    assert probe.seen["gate"].startswith(f"no regression against baseline {base}")
+    assert probe.seen["results"] and probe.seen["report"]
+    # results.json carries the gate's outcome; the report, rendered from it, came after it
+    assert json.loads((out / "results.json").read_text())["gate"]["summary"] == probe.seen["gate"]
+    assert (out / "results.json").stat().st_mtime_ns <= (out / "report.html").stat().st_mtime_ns
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    assert props["kpca_gate"] == probe.seen["gate"] and "kpca_git_commit" in props
+    lines = nonempty(result)
+    summary = max(i for i, line in enumerate(lines) if line.startswith("=") and " in " in line)
+    gate = lines.index(f"gate: {probe.seen['gate']}")
+    assert summary < gate < lines.index(f"results: {out / 'results.json'}") == len(lines) - 2
+    assert lines[-1] == f"report: {out / 'report.html'}"
 
 
 def test_quiet_run_prints_only_the_table_and_the_paths(pytester, tmp_path, cache_dir):
@@ -120,7 +167,7 @@ def test_verbose_run_prints_the_full_evidence(pytester, tmp_path, cache_dir):
     v_head = next(r for r in results["records"] if r["claim"] == "V" and r["level"] == "head")
     # the full account: every judged metric with its rules and their sources
     assert "supported if >= 0.9" in text and "optimal_cosine" in text
-    assert f"{verdicts.record_label(v_head)}:" in lines
+    assert f"{outcome.record_label(v_head)}:" in lines
     assert re.search(r"test_value_vectors\[random-vit_tiny_patch16_224-L00-H0\] "
                      rf"{v_head['verdict'].upper()}", text)
 
@@ -153,29 +200,29 @@ def _record(**extra):
 
 
 def test_one_line_evidence_shows_the_interval_when_the_record_has_one():
-    plain = verdicts.one_line(_record())
+    plain = outcome.one_line(_record())
     assert plain.startswith("claim V all-MiniLM-L6-v2-L00-H5: refuted (optimal cosine 0.271, "
                             "null 0.351; linear CKA 0.05, null 0.04; kernel CKA 0.3, null 0.2; ")
     assert "pearson" not in plain  # only the judged metrics
-    with_ci = verdicts.one_line(_record(ci={"optimal_cosine": [0.25, 0.29]}))
+    with_ci = outcome.one_line(_record(ci={"optimal_cosine": [0.25, 0.29]}))
     assert "optimal cosine 0.271 [0.25, 0.29], null 0.351" in with_ci
-    undetermined = verdicts.one_line(_record(verdict="undetermined", reason="mu_d is round-off"))
+    undetermined = outcome.one_line(_record(verdict="undetermined", reason="mu_d is round-off"))
     assert undetermined == "claim V all-MiniLM-L6-v2-L00-H5: undetermined (mu_d is round-off)"
-    model = verdicts.one_line(_record(level="model", layer=None, head=None))
+    model = outcome.one_line(_record(level="model", layer=None, head=None))
     assert model.startswith("claim V all-MiniLM-L6-v2 (model): refuted")
-    unknown = verdicts.one_line({"claim": "X", "level": "head", "model": "m", "layer": 1,
+    unknown = outcome.one_line({"claim": "X", "level": "head", "model": "m", "layer": 1,
                                  "head": 0, "verdict": "inconclusive", "metrics": {"a": 1.0}})
     assert unknown == "claim X m-L01-H0: inconclusive (a 1)"
 
 
 def test_assert_supported_raises_the_evidence_not_an_assertion():
-    with pytest.raises(verdicts.ClaimNotSupported) as info:
-        verdicts.assert_supported(_record(), "full evidence\nline 2")
+    with pytest.raises(outcome.ClaimNotSupported) as info:
+        outcome.assert_supported(_record(), "full evidence\nline 2")
     assert info.value.evidence == "full evidence\nline 2"
-    assert info.value.line == verdicts.one_line(_record())
-    verdicts.assert_supported(_record(verdict="supported"), "unused")
+    assert info.value.line == outcome.one_line(_record())
+    outcome.assert_supported(_record(verdict="supported"), "unused")
     with pytest.raises(pytest.skip.Exception, match="why"):
-        verdicts.assert_supported(_record(verdict="undetermined"), "why")
+        outcome.assert_supported(_record(verdict="undetermined"), "why")
 
 
 def test_verdict_table_counts_units_and_shows_the_model_verdict():

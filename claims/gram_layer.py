@@ -1,0 +1,93 @@
+"""Claim E's per-layer computation (method §4): top-d Gram eigenvalues by three routes, the naive
+route's finiteness and the γ terms of every (sample, head) of one layer.
+
+Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with a
+fixtures.engine.layer_context.LayerContext."""
+
+from __future__ import annotations
+
+import torch
+
+from checks.stats import seed_from
+
+def gamma_seeds(model: str, layer: int, samples: list[int], heads: slice) -> list[int]:
+    """One seed per (sample, head) of a batch for claim E's perturbed control (method §4), in
+    batch order: each item's draw depends on its own seed alone, not on how the samples and heads
+    were batched (``--max-memory``, the device), so CPU, GPU and resumed runs agree."""
+    return [seed_from(f"{model}-L{layer:02d}-E-s{b}-h{h}") for b in samples
+            for h in range(heads.start or 0, heads.stop)]
+
+
+def gamma_null_permutations(model: str, layer: int, samples: list[int], heads: slice,
+                            n: int) -> torch.Tensor:
+    """The token permutations [b, h, n] of γ's chance level (method §4.2): one per (sample,
+    head), each from its own seed, so the null does not depend on how the run was batched."""
+    return torch.stack([
+        torch.stack([torch.randperm(n, generator=torch.Generator().manual_seed(
+            seed_from(f"{model}-L{layer:02d}-E-null-s{b}-h{h}")))
+            for h in range(heads.start or 0, heads.stop)]) for b in samples])
+
+
+def gamma_terms(gamma: dict) -> dict[str, torch.Tensor]:
+    """The per-head γ terms :func:`head_record` reads, from the output of
+    :func:`checks.gamma.gamma_spread_batched` (with ``null_perm``): each candidate's mean relative
+    and absolute spread, and its invariant-subspace residual ρ and direction overlap ω (method §4.2)."""
+    terms = {}
+    for name in ("learned", "eigen", "perturbed"):
+        terms[f"gamma_{name}"] = gamma[name].mean(-1)
+        terms[f"gamma_{name}_abs"] = gamma[f"{name}_abs"].mean(-1)
+    for name in ("learned", "eigen", "perturbed", "null"):  # method §4.2
+        terms[f"gamma_{name}_subspace"] = gamma[f"{name}_subspace"]
+        terms[f"gamma_{name}_directions"] = gamma[f"{name}_directions"]
+    for name in ("learned", "null"):  # how far round-off moves ω (method §4.2, "Precision")
+        terms[f"gamma_{name}_directions_precision"] = gamma[f"{name}_directions_precision"]
+    return terms
+
+
+def layer_metrics(ctx) -> dict[str, torch.Tensor]:
+    """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
+    finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
+    from checks import gamma as gamma_constancy
+    from checks import spectrum
+    from checks.degenerate import effective_rows
+    from checks.errors import NonFiniteError
+    from checks.gram import KeyGram
+
+    info = ctx.info
+    d = info["head_dim"]
+    out: dict[str, torch.Tensor] = {}
+
+    def top_d(mu: torch.Tensor) -> torch.Tensor:  # P2 takes the first d by signed order
+        mu = mu[..., :d]
+        return torch.nn.functional.pad(mu, (0, d - mu.shape[-1])) if mu.shape[-1] < d else mu
+
+    for chunk, heads, _q, k, v in ctx.groups():
+        # One KeyGram per key route (raw, standardised), each keeping only the top d pairs
+        # (P2 reads the first d eigenvalues); the route γ is judged on (--standardize) keeps
+        # its eigenvectors and is handed to γ, the other is eigenvalues only.
+        top = min(d, k.shape[-2])
+        try:
+            raw, std = (KeyGram(k, scale=info["scale"], standardize=s, top=top,
+                                eigenvectors=s == ctx.options.standardize)
+                        for s in (False, True))
+            naive = spectrum.naive_gram_spectrum(k, scale=info["scale"])
+            gamma = gamma_constancy.gamma_spread_batched(
+                k, v, scale=info["scale"], standardize=ctx.options.standardize,
+                seed=gamma_seeds(ctx.model, ctx.layer, chunk, heads),
+                gram=std if ctx.options.standardize else raw,
+                null_perm=gamma_null_permutations(ctx.model, ctx.layer, chunk, heads,
+                                                  k.shape[-2]).to(k.device))
+        except NonFiniteError as exc:
+            raise ctx.located(exc, chunk, heads) from exc
+        values = {"mu_log_raw": top_d(raw.eigenvalues),
+                  "mu_log_standardized": top_d(std.eigenvalues),
+                  "mu_naive_float32": torch.nan_to_num(top_d(naive.mu), nan=0.0),
+                  "naive_finite": naive.finite,
+                  "undetermined": gamma["undetermined"]}
+        for stage, mask in naive.first_nonfinite_stage.items():
+            values[f"naive_bad_{stage}"] = mask
+        values.update(gamma_terms(gamma))
+        values["effective_rows"] = effective_rows(  # method §2.2: degenerate heads
+            (std if ctx.options.standardize else raw).log_g)
+        ctx.fill(out, chunk, heads, values)
+    return out

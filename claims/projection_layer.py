@@ -1,0 +1,125 @@
+"""Claim J's per-layer computation (method §3): the projection-loss terms and the output fit of
+every (sample, head) of one layer.
+
+Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with a
+fixtures.engine.layer_context.LayerContext."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from checks.stats import seed_from
+
+#: The per-token tensors of the layer terms [B, H, N_max] (method §3.7).
+TOKEN_TERMS = ("token_log_phi_sq", "token_h_sq", "token_fit_h_sq")
+
+
+# Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
+# a fixtures.engine.layer_context.LayerContext.
+def _output_fit_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                    convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The output fit of one head: q, k, v [n, d], perm [n]; see :func:`output_fit_terms`."""
+    from checks.gram import KeyGram
+    from checks.nulls import shuffled_token_null
+    from checks.output_fit import kpca_output_fit
+
+    d = v.shape[-1]
+    v_hat = KeyGram(k, scale=scale, dtype=k.dtype, top=min(d, k.shape[-2])).kpca_values(convention)
+    probs = torch.softmax(scale * q @ k.transpose(-1, -2), dim=-1)
+    return kpca_output_fit(probs, v, v_hat, shuffled_token_null(v, perm))
+
+
+def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                     convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The KPCA output fit of method §3.6 for a batch [b, h, n, d] of (already cast and
+    standardised) queries, keys and values: V̂ of the keys, the attention probabilities, the fit
+    of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V.
+
+    Each (sample, head) is fitted on its own, from fresh contiguous copies of its q, k, v and
+    ``perm``, so that its numbers are the same bits whichever other heads share its batch (how
+    ``--max-memory`` chunks the heads, method §6.1). A batched fit would not be: MKL's BLAS and
+    LAPACK round differently for a matrix that does not start on a 16-byte boundary, and in a
+    batch of N×N matrices with odd N every second one does not (measured on all-MiniLM-L6-v2,
+    N = 79: V̂ from the batched eigh and softmax·V̂ of the odd heads differed in the last bits,
+    ‖h*‖² by up to 4e-14 relative, between 12 heads in one batch and one head alone).
+    """
+    lead = q.shape[:-2]
+    n_items = math.prod(lead)
+    if n_items == 0 or q.ndim == 2:
+        return _output_fit_one(q, k, v, scale, convention, perm)
+    flat = [x.reshape(n_items, *x.shape[-2:]) for x in (q, k, v)] + [perm.reshape(n_items, -1)]
+    fresh = torch.contiguous_format
+    items = [_output_fit_one(*(x[i].clone(memory_format=fresh) for x in flat[:3]), scale,
+                             convention, flat[3][i].clone(memory_format=fresh))
+             for i in range(n_items)]
+    return {name: torch.stack([item[name] for item in items]).reshape(*lead, *items[0][name].shape)
+            for name in items[0]}
+
+
+def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                standardize: bool, convention: str, perm: torch.Tensor,
+                dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """Claim J's terms of a batch of heads q, k, v [b, h, n, d] (one token count): the token
+    means [b, h] of method §3.1, the output fit [b, h] of method §3.6 with ``perm`` [b, h, n]
+    the null's token permutations, and the per-token tensors [b, h, n] of :data:`TOKEN_TERMS`."""
+    from checks.gram import standardize_tokens
+    from checks.projection import log_phi_sq_norm_p1_code, projection_terms_batched
+
+    exact = projection_terms_batched(q, k, v, scale=scale, standardize=standardize, dtype=dtype)
+    # The p1-code variant differs from the exact terms only in ‖φ‖² (h is the same):
+    # its log ‖φ‖² alone, on the same (cast, standardised) q and k, not the whole set.
+    qd, kd = q.to(dtype), k.to(dtype)
+    if standardize:
+        qd, kd = standardize_tokens(qd), standardize_tokens(kd)
+    p1 = {"log_phi_sq": log_phi_sq_norm_p1_code(qd, kd, scale)}
+    fit = output_fit_terms(qd, kd, v.to(dtype), scale, convention, perm)
+    n_tok = q.shape[-2]
+    return {
+        "token_log_phi_sq": exact["log_phi_sq"], "token_h_sq": exact["h_sq"],
+        "token_fit_h_sq": fit["fitted_h_sq"],
+        "output_r2": fit["r2"], "output_r2_null": fit["r2_null"],
+        # log of the token mean of ‖φ‖², exact even where ‖φ‖² underflows
+        "log_phi_sq_mean": torch.logsumexp(exact["log_phi_sq"], -1) - math.log(n_tok),
+        "phi_sq_mean": exact["phi_sq"].mean(-1),
+        "h_sq_mean": exact["h_sq"].mean(-1),
+        "j_proj": exact["j_proj"],
+        "bessel_share": exact["bessel_share"],
+        "n_tokens": torch.full(exact["j_proj"].shape, float(n_tok)),
+        "p1_log_phi_sq_mean": torch.logsumexp(p1["log_phi_sq"], -1) - math.log(n_tok),
+    }
+
+
+def layer_metrics(ctx) -> dict[str, torch.Tensor]:
+    """Claim-J terms of every (sample, head) of one layer, [B, H]: token means of ‖φ‖² (also
+    in log space) and ‖h‖², J_proj, the Bessel share, the token count, and the p1-code ‖φ‖²;
+    the output fit's R² and its null [B, H] (method §3.6); and per token [B, H, N_max] (NaN past
+    a sample's own N): log ‖φ‖², ‖h‖² and the fitted ‖h*‖² (method §3.7)."""
+    from checks.errors import NonFiniteError
+
+    info = ctx.info
+    dtype = ctx.options.torch_dtype
+    out: dict[str, torch.Tensor] = {}
+    lengths = ctx.token_counts()
+    n_max = int(max(lengths))
+    gens = [torch.Generator().manual_seed(seed_from("J-" + ctx.head_id(h)))
+            for h in range(ctx.shape[1])]
+    # the output fit's null permutations (ΠV̂, method §3.6), in sample order for every head
+    nulls = [torch.stack([torch.randperm(int(n), generator=g) for g in gens]) for n in lengths]
+
+    def padded(x: torch.Tensor) -> torch.Tensor:  # [b, h, n] -> [b, h, n_max], NaN beyond n
+        return torch.nn.functional.pad(x.to(torch.float64), (0, n_max - x.shape[-1]),
+                                       value=math.nan)
+
+    for chunk, heads, q, k, v in ctx.groups():
+        perm = torch.stack([nulls[b][heads] for b in chunk]).to(k.device)
+        try:
+            values = batch_terms(q, k, v, info["scale"], ctx.options.standardize,
+                                 ctx.options.convention, perm, dtype)
+        except NonFiniteError as exc:
+            raise ctx.located(exc, chunk, heads) from exc
+        for name in TOKEN_TERMS:
+            values[name] = padded(values[name])
+        ctx.fill(out, chunk, heads, values)
+    return out

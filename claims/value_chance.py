@@ -1,0 +1,117 @@
+"""Claim V's statistics over samples (method §7): the bootstrap intervals of the metrics' means
+and their nulls', and the tests against chance (sign-flip, TOST) of metric − null."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from checks.nulls import tost_pvalues
+from checks.stats import (bootstrap_weights, excess_over_null, percentile_interval,
+                          sign_flip_pvalues)
+
+from . import verdicts
+from .names import V_MEASURED as METRICS
+
+CLAIM = "claim_v"
+
+
+#: The metrics tested against their null (method §7.2): the judged subspace overlap, and P2's
+#: CKAs for the record. Not the optimal cosine: its matching ignores token order, so against the
+#: token-shuffled null V̂ it scores exactly what it scores against V̂ (method §2.3).
+CHANCE_METRICS = ("linear_cka", "kernel_cka", "subspace_overlap")
+
+
+def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
+                   per_unit: bool = False) -> dict | list[dict]:
+    """95% percentile-bootstrap CIs over samples (method §7) of every metric's mean and its
+    null's, and of the subspace-overlap excess (from the same resamples of overlap and null).
+
+    ``metrics[name]`` and ``keep`` are [S, U]: S samples, U units per sample (the selected
+    (layer, head) pairs of a model). Pooled (default): one interval set for the mean over all
+    kept units, a resample drawing whole samples so each sample's heads stay together (model
+    level). ``per_unit``: one interval set per unit (head level), all units sharing the resamples
+    of ``seed``, so that the whole model costs one [R, S] × [S, units × metrics] product and a
+    head's interval does not depend on which other heads are selected."""
+    settings = verdicts.rule_set_settings()
+    level = float(settings["confidence"])
+    names = [n for name in METRICS for n in (name, f"{name}_null")]
+    k = keep.to(torch.float64)  # [S, U]
+    values = torch.stack([metrics[n].to(torch.float64) for n in names], dim=-1)  # [S, U, M]
+    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))  # [R, S]
+    if per_unit:
+        sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
+            weights.shape[0], *values.shape[1:])  # [R, U, M]
+        counts = (weights @ k).unsqueeze(-1)  # [R, U, 1]
+    else:
+        sums = (weights @ (values * k.unsqueeze(-1)).sum(1)).unsqueeze(1)  # [R, 1, M]
+        counts = (weights @ k.sum(1, keepdim=True)).unsqueeze(-1)  # [R, 1, 1]
+    draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, float("nan")))
+    ov, ov_null = draws[..., names.index("subspace_overlap")], draws[..., names.index("subspace_overlap_null")]
+    draws = torch.cat([draws, excess_over_null(ov, ov_null).unsqueeze(-1)], dim=-1)
+    ci = percentile_interval(draws, level, n=int(k.shape[0])).tolist()  # [U, M + 1, 2]
+    out = []
+    for unit in ci:
+        by_name = dict(zip([*names, "subspace_overlap_excess"], unit))
+        out.append({"ci": {n: by_name[n] for n in (*METRICS, "subspace_overlap_excess")},
+                    "ci_null": {n: by_name[f"{n}_null"] for n in METRICS}})
+    return out if per_unit else out[0]
+
+
+def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
+                   equivalence: bool = False) -> torch.Tensor:
+    """One-sided sign-flip p-values (method §7, :func:`checks.stats.sign_flip_pvalues`) of
+    metric − null over samples, [U, len(CHANCE_METRICS)], for ``metrics`` [S, U] (each unit's
+    kept samples). ``equivalence``: the p-values of the equivalence test "at chance" instead
+    (TOST with the margins of ``[claim_v.ours.chance_margin]``, :func:`checks.nulls.tost_pvalues`;
+    a metric without a margin gets p = 1)."""
+    settings = verdicts.rule_set_settings()
+    diffs = torch.stack([metrics[m].to(torch.float64) - metrics[f"{m}_null"].to(torch.float64)
+                         for m in CHANCE_METRICS], dim=-1)  # [S, U, M]
+    s, u, m = diffs.shape
+    mask = keep.unsqueeze(-1).expand(s, u, m).reshape(s, u * m)
+    resamples = int(settings["permutation_resamples"])
+    if not equivalence:
+        p = sign_flip_pvalues(diffs.reshape(s, u * m), mask, seed, resamples)
+        return p.reshape(u, m)
+    margins = verdicts.chance_margins(CLAIM)
+    margin = torch.tensor([margins.get(name, math.nan) for name in CHANCE_METRICS],
+                          dtype=torch.float64)
+    p = tost_pvalues(diffs.reshape(s, u * m), mask, margin.repeat(u), seed, resamples)
+    return torch.where(torch.isnan(margin).repeat(u), torch.ones_like(p), p).reshape(u, m)
+
+
+def smallest_p(n_kept: int) -> float:
+    """The smallest p-value the sign-flip test can give with ``n_kept`` samples: 2**−n when
+    exact, 1/(R + 1) when Monte Carlo (method §7)."""
+    from checks.stats import EXACT_SIGN_FLIP_MAX_N
+
+    if n_kept <= EXACT_SIGN_FLIP_MAX_N:
+        return 2.0 ** -int(n_kept)
+    return 1.0 / (int(verdicts.rule_set_settings()["permutation_resamples"]) + 1.0)
+
+
+def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int,
+                   tost: torch.Tensor | None = None,
+                   tost_adjusted: torch.Tensor | None = None) -> dict:
+    """``{metric: {"p", "p_adjusted", "above_chance", "can_reject", "tost_p",
+    "tost_p_adjusted", "at_chance", "margin"}}`` from p-values [len(CHANCE_METRICS)] of the
+    test against chance and (optional) of the equivalence test (method §7.2). ``can_reject``
+    is False when even the most extreme data could not reach p < alpha with ``n_kept`` samples
+    (e.g. 2**−4 = 0.0625 with 4): then neither "above chance" nor "at chance" can be shown.
+    "Not above chance" is never read as "at chance": only the equivalence test says that."""
+    alpha = float(verdicts.rule_set_settings()["alpha"])
+    can = smallest_p(n_kept) < alpha
+    margins = verdicts.chance_margins(CLAIM)
+    out = {}
+    for i, m in enumerate(CHANCE_METRICS):
+        entry = {"p": float(p[i]), "p_adjusted": float(p_adjusted[i]),
+                 "above_chance": bool(float(p_adjusted[i]) < alpha), "can_reject": can}
+        if tost is not None:
+            adj = tost if tost_adjusted is None else tost_adjusted
+            entry.update({"tost_p": float(tost[i]), "tost_p_adjusted": float(adj[i]),
+                          "at_chance": bool(can and float(adj[i]) < alpha),
+                          "margin": margins.get(m)})
+        out[m] = entry
+    return out

@@ -1,0 +1,102 @@
+"""Claim V's per-layer computation (method §2): the metrics of every (sample, head) of one layer.
+
+Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with a
+fixtures.engine.layer_context.LayerContext; the session caches the result, checks it is finite
+and reports progress."""
+
+from __future__ import annotations
+
+import torch
+
+from checks.stats import seed_from
+
+from . import verdicts
+
+
+def cache_settings() -> dict:
+    """Settings the cached claim-V metrics depend on beyond the run options: the allclose
+    tolerances of ``[claim_v.allclose]`` (method §2.1)."""
+    return {"allclose": verdicts.allclose_tolerance()}
+
+
+def layer_metrics(ctx) -> dict[str, torch.Tensor]:
+    """Claim-V metrics of every (sample, head) of one layer: tensors of shape [B, H]."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from checks.errors import NonFiniteError
+    from checks.p2_code import p2_code_subset, scatter_rows
+    from checks.similarity import matched_cosine
+    from checks.value_vectors import value_vector_metrics_batched
+
+    info = ctx.info
+    shape = ctx.shape
+    d = info["head_dim"]
+    lengths = ctx.token_counts()
+    gens = [torch.Generator().manual_seed(seed_from(ctx.head_id(h)))
+            for h in range(shape[1])]
+    # The null's token permutations (ΠV̂, method §2.3), in sample order for every head whatever
+    # the grouping: one generator per head, one permutation per (sample, head).
+    nulls = [torch.stack([torch.randperm(int(n), generator=g) for g in gens]) for n in lengths]
+    p2_samples = p2_code_subset(shape[0], ctx.model)  # method §8.3: a seeded subset
+    out: dict[str, torch.Tensor] = {}
+    # The Hungarian steps (scipy, CPU; it releases the GIL) of one batch run in other threads
+    # (one on the CPU, several beside a GPU: assignment_threads) while the next batch's
+    # tensor math runs here; at most two batches of cosine matrices wait, so memory stays
+    # bounded.
+    pool = ThreadPoolExecutor(max_workers=ctx.assignment_threads,
+                              thread_name_prefix="kpca-assignment")
+    pending: list[tuple[list[int], slice, list[Future], list[Future], list[int],
+                        list[Future]]] = []
+
+    def finish_oldest() -> None:
+        done_chunk, done_heads, against_v_hat, against_null, rows, p2code = pending.pop(0)
+        optimal = torch.stack([f.result() for f in against_v_hat])
+        ctx.fill(out, done_chunk, done_heads, {
+            "optimal_cosine": optimal,
+            # the optimal matching ignores token order: against ΠV̂ it is the same (method §2.3)
+            "optimal_cosine_null": optimal.clone(),
+            "p2code_optimal_cosine": scatter_rows([f.result() for f in p2code], rows,
+                                                  *optimal.shape)})
+
+    try:
+        for chunk, heads, _q, k, v in ctx.groups():
+            perm = torch.stack([nulls[b][heads] for b in chunk]).to(k.device)
+            try:
+                m = value_vector_metrics_batched(
+                    k, v, scale=info["scale"], standardize=ctx.options.standardize,
+                    convention=ctx.options.convention, null_perm=perm,
+                    dtype=ctx.options.torch_dtype, defer_matching=True,
+                    **verdicts.allclose_tolerance())
+            except NonFiniteError as exc:
+                raise ctx.located(exc, chunk, heads) from exc
+            cos = m.pop("cosine_matrices")
+            rows = [i for i, b in enumerate(chunk) if p2_samples[b]]
+            p2code = _p2_code(k, v, info, ctx.options, m, rows)  # method §8.3: never judged
+            pending.append((chunk, heads,  # one task per sample and target: [H, N, N] each
+                            [pool.submit(matched_cosine, c) for c in cos[0]],
+                            [],  # no matching against ΠV̂: it would repeat the one above
+                            rows, [pool.submit(matched_cosine, c) for c in p2code]))
+            n_tok = k.shape[-2]
+            m["n_tokens"] = torch.full(m["undetermined"].shape, float(n_tok))
+            m["few_tokens"] = torch.full(m["undetermined"].shape, n_tok <= d)  # N ≤ d: μ_d = 0
+            ctx.fill(out, chunk, heads, m)
+            while len(pending) > 1:
+                finish_oldest()
+        while pending:
+            finish_oldest()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return out
+
+
+def _p2_code(k: torch.Tensor, v: torch.Tensor, info: dict, options, m: dict,
+             rows: list[int]) -> list[torch.Tensor]:
+    """Claim V's sign-dependent metrics with P2's code conventions (method §8.3) for the samples
+    ``rows`` of the batch (NaN for the others), added to ``m`` as ``p2code_direct_cosine`` and
+    ``p2code_pearson``; returns those samples' cosine matrices, whose Hungarian step gives
+    ``p2code_optimal_cosine``."""
+    from checks.p2_code import p2_code_metrics_on
+
+    p2, cos = p2_code_metrics_on(k, v, rows, scale=info["scale"], standardize=options.standardize)
+    m["p2code_direct_cosine"], m["p2code_pearson"] = p2["direct_cosine"], p2["pearson"]
+    return cos
