@@ -402,7 +402,7 @@ def message(record: VRecord, what: str) -> str:
 # ------------------------------------------------------------------ per-layer computation
 # Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
 # a fixtures.engine.layer_context.LayerContext; the session caches the result, checks it is finite and
-# reports progress. Moved from fixtures/engine/claim_session.py (ModelRun._compute_claim_v, _p2_code).
+# reports progress.
 def cache_settings() -> dict:
     """Settings the cached claim-V metrics depend on beyond the run options: the allclose
     tolerances of ``[claim_v.allclose]`` (method §2.1)."""
