@@ -133,8 +133,9 @@ def test_scans_tolerate_folders_vanishing_underneath(tmp_path):
 
 def test_cache_entries_and_atomic_files_follow_the_umask(tmp_path):
     """A cache filled by one user of a group is readable (and its locks usable) by the others:
-    entry folders get 0777 less the umask (mkdtemp's 0700 before), their files 0666 less the
-    umask, and a set-group-ID cache folder passes its group bit on (README, "Sharing a cache")."""
+    entry folders get 0777 less the umask (not mkdtemp's 0700), their files 0666 less the umask,
+    and a set-group-ID cache folder passes its group bit on (docs/bad-inputs.md, "Sharing a cache
+    between users")."""
     import os
     import stat
 
