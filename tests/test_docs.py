@@ -4,7 +4,9 @@
   start (command 1 the main job on the embedded default, command 2 the project's tests), and
   links every page of ``docs/``;
 - every relative link of README.md and of ``docs/*.md`` resolves: the file exists, and an anchor
-  (``#…``) names a heading of the target (GitHub's slugs) or an ``<a id="…">`` in it.
+  (``#…``) names a heading of the target (GitHub's slugs) or an ``<a id="…">`` in it;
+- docs/architecture.md states the layer table of ``tests/test_architecture.py`` and names every
+  module and folder of ``fixtures/``.
 """
 
 from __future__ import annotations
@@ -123,3 +125,29 @@ def test_the_link_check_finds_what_it_looks_for(tmp_path):
     assert broken_links(page) == ["gone.md (no such file)",
                                   "other.md#nowhere (no such anchor in other.md)",
                                   "#nothing (no such anchor in page.md)"]
+
+
+ARCHITECTURE = DOCS / "architecture.md"
+
+
+def test_architecture_page_states_the_layer_table():
+    from tests.test_architecture import MAY_IMPORT
+
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    block = text.split("<!-- layers:begin", 1)[1].split("<!-- layers:end -->", 1)[0]
+    stated = {}
+    for line in block.splitlines()[3:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        stated[cells[0].strip("`")] = set(re.findall(r"`([a-z.]+)`", cells[1]))
+    assert stated == MAY_IMPORT, "docs/architecture.md's layer table differs from MAY_IMPORT"
+
+
+def test_architecture_page_names_everything_in_fixtures():
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    tree = text.split("## The fixtures tree", 1)[1].split("\n## ", 1)[0]
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", tree))
+    found = [p for p in (ROOT / "fixtures").rglob("*")
+             if "__pycache__" not in p.parts and (p.is_dir() or p.suffix in (".py", ".json", ".txt"))]
+    missing = sorted(str(p.relative_to(ROOT)) for p in found
+                     if p.stem not in words and p.name not in words)
+    assert not missing, f"docs/architecture.md's fixtures tree does not name: {', '.join(missing)}"
