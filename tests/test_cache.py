@@ -175,7 +175,7 @@ def _project_copy(tmp_path, monkeypatch):
         (root / pkg / "__init__.py").write_text("")
     (root / "checks" / "formula.py").write_text(
         '"""The formula of a metric."""\n\n\ndef metric(x):\n'
-        '    """Twice x (method §0)."""\n    return 2 * x  # eq. 0\n')
+        '    """Twice x (P1 Eq. 0)."""\n    return 2 * x  # eq. 0\n')
     (root / "claims" / "uses.py").write_text(
         "def run(x):\n    from checks.formula import metric\n\n    return metric(x)\n")
     monkeypatch.setattr(fixtures, "ROOT", root)
@@ -195,7 +195,7 @@ def test_a_docstring_or_comment_edit_keeps_the_metric_cache_valid(tmp_path, monk
     formula = root / "checks" / "formula.py"
     text = formula.read_text()
     formula.write_text(text.replace("The formula of a metric.", "The formula of one metric (typo fixed).")
-                       .replace("Twice x (method §0).", "Two times x, method §0.")
+                       .replace("Twice x (P1 Eq. 0).", "Two times x, P1 Eq. 0.")
                        .replace("# eq. 0", "# eq. (0)"))
     assert formula.read_text() != text
     assert _key("claims.uses") == before
