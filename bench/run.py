@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="where our path's math runs: cpu (default), cuda, cuda:N or mps, as "
                         "`pytest claims/ --device` (the reference stays on the CPU)")
     p.add_argument("--write-table", action="store_true",
-                   help="no run: rewrite the Speed table of docs/performance.md from the results file "
-                        "(--out, default bench/results.json)")
+                   help="no run: rewrite the Speed table of docs/performance.md from the "
+                        "results file (--out, default bench/results.json)")
     args = p.parse_args(argv)
     if args.write_table:
         update_doc(Path(args.out or "bench/results.json"))

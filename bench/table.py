@@ -169,8 +169,8 @@ DOC = ROOT / "docs" / "performance.md"
 
 
 def speed_table(results: dict) -> str:
-    """The Speed table of docs/performance.md, from a bench results file: per model and claim, each stage's
-    seconds (ours / loop, CPU), the ratio, and peak memory."""
+    """The Speed table of docs/performance.md, from a bench results file: per model and claim,
+    each stage's seconds (ours / loop, CPU), the ratio, and peak memory."""
     m = results["machine"]
     lines = [TABLE_START,
              f"Measured {results.get('date_utc', '?')} UTC at commit {results.get('commit', '?')}, "

@@ -115,8 +115,8 @@ def test_every_relative_link_resolves(page):
 def test_the_link_check_finds_what_it_looks_for(tmp_path):
     """A missing file, a missing anchor, and links it must accept: a heading's slug with
     punctuation, a repeated heading, an ``<a id>``, links inside code, and web links."""
-    (tmp_path / "other.md").write_text('# Other\n\n<a id="s2-3"></a>\n\n## Exit codes: 0–8 (`--x`)\n'
-                                       "\n## Exit codes: 0–8 (`--x`)\n")
+    (tmp_path / "other.md").write_text('# Other\n\n<a id="s2-3"></a>\n\n'
+                                       "## Exit codes: 0–8 (`--x`)\n\n## Exit codes: 0–8 (`--x`)\n")
     page = tmp_path / "page.md"
     page.write_text("# Page\n\n[a](other.md) [b](other.md#s2-3) [c](other.md#exit-codes-08---x)\n"
                     "[c2](other.md#exit-codes-08---x-1) [d](#page) [w](https://example.org/x)\n"
@@ -146,8 +146,8 @@ def test_architecture_page_names_everything_in_fixtures():
     text = ARCHITECTURE.read_text(encoding="utf-8")
     tree = text.split("## The fixtures tree", 1)[1].split("\n## ", 1)[0]
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", tree))
-    found = [p for p in (ROOT / "fixtures").rglob("*")
-             if "__pycache__" not in p.parts and (p.is_dir() or p.suffix in (".py", ".json", ".txt"))]
+    found = [p for p in (ROOT / "fixtures").rglob("*") if "__pycache__" not in p.parts
+             and (p.is_dir() or p.suffix in (".py", ".json", ".txt"))]
     missing = sorted(str(p.relative_to(ROOT)) for p in found
                      if p.stem not in words and p.name not in words)
     assert not missing, f"docs/architecture.md's fixtures tree does not name: {', '.join(missing)}"
