@@ -1,11 +1,11 @@
 """``python -m bench.run``: time the suite's claims V, J and E stage by stage against plain
 per-head loops (:mod:`bench.reference`), check that both give the same numbers, and measure
-peak memory. ``--readme`` rewrites the README's Speed table from the results file instead;
-``--topk-crossover`` measures the eigensolver crossover (:mod:`bench.crossover`); ``--solvers``
-measures the assignment solvers and the partial eigensolvers on real matrices
+peak memory. ``--write-table`` rewrites the Speed table of docs/performance.md from the results
+file instead; ``--topk-crossover`` measures the eigensolver crossover (:mod:`bench.crossover`);
+``--solvers`` measures the assignment solvers and the partial eigensolvers on real matrices
 (:mod:`bench.solvers`). The jobs live in their modules: the instruments in :mod:`bench.timing`,
 the inputs in :mod:`bench.models`, claim V in :mod:`bench.claim_v`, claims J and E in
-:mod:`bench.claims_je`, the table and the README in :mod:`bench.table`. Before any ratio is
+:mod:`bench.claims_je`, the table and its page in :mod:`bench.table`. Before any ratio is
 printed, every compared quantity of every checked head must agree with the loop to ``--rtol``.
 """
 
@@ -28,7 +28,7 @@ import torch
 from .claim_v import bench_model
 from .crossover import topk_crossover
 from .models import model_configs
-from .table import print_table, stage_rows, update_readme
+from .table import print_table, stage_rows, update_doc
 from .timing import RssSampler, cpu_model, parse_bytes, provenance, set_threads
 
 SCHEMA = "kpca-claims/bench/1"
@@ -67,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu",
                    help="where our path's math runs: cpu (default), cuda, cuda:N or mps, as "
                         "`pytest claims/ --device` (the reference stays on the CPU)")
-    p.add_argument("--readme", action="store_true",
-                   help="no run: rewrite the README's Speed table from the results file "
-                        "(--out, default bench/results.json)")
+    p.add_argument("--write-table", action="store_true",
+                   help="no run: rewrite the Speed table of docs/performance.md from the "
+                        "results file (--out, default bench/results.json)")
     args = p.parse_args(argv)
-    if args.readme:
-        update_readme(Path(args.out or "bench/results.json"))
-        print("README.md: Speed table rewritten from", args.out or "bench/results.json")
+    if args.write_table:
+        update_doc(Path(args.out or "bench/results.json"))
+        print("docs/performance.md: Speed table rewritten from", args.out or "bench/results.json")
         return 0
     from fixtures.engine.device import resolve_device
 

@@ -1,7 +1,7 @@
 """The bench's table: per model and claim, each stage's seconds (ours and the loop's, wall and CPU),
 the ratio loop / ours and peak memory, printed after a run (:func:`print_table`) and written into
-the README between its markers from a results file (:func:`update_readme`, ``python -m bench.run
---readme``), so that the README's figures are always those of one recorded run.
+docs/performance.md between its markers from a results file (:func:`update_doc`, ``python -m
+bench.run --write-table``), so that the page's figures are always those of one recorded run.
 """
 
 from __future__ import annotations
@@ -162,15 +162,17 @@ def print_table(results: dict) -> None:
             for k, v in res["memory_mb"].items()))
 
 
-README_START = "<!-- bench-table:start (python -m bench.run --readme) -->"
-README_END = "<!-- bench-table:end -->"
+TABLE_START = "<!-- bench-table:start (python -m bench.run --write-table) -->"
+TABLE_END = "<!-- bench-table:end -->"
+#: The page that holds the table.
+DOC = ROOT / "docs" / "performance.md"
 
 
-def readme_table(results: dict) -> str:
-    """The README's Speed table, from a bench results file: per model and claim, each stage's
-    seconds (ours / loop, CPU), the ratio, and peak memory."""
+def speed_table(results: dict) -> str:
+    """The Speed table of docs/performance.md, from a bench results file: per model and claim,
+    each stage's seconds (ours / loop, CPU), the ratio, and peak memory."""
     m = results["machine"]
-    lines = [README_START,
+    lines = [TABLE_START,
              f"Measured {results.get('date_utc', '?')} UTC at commit {results.get('commit', '?')}, "
              f"{m['cpus']} CPUs ({m.get('cpu_model', '?')}), torch/BLAS threads "
              f"{m['threads'].get('torch')}, {results.get('repeats', 1)} run; load average before "
@@ -197,18 +199,18 @@ def readme_table(results: dict) -> str:
         agree += [f"{c} {'passed' if (x['agreement'] or {}).get('passed') else 'FAILED'}"
                   for c, x in res.get("claims", {}).items()]
         lines += ["", "Agreement with the loop (1e-6 relative): " + ", ".join(agree) + ".", ""]
-    lines.append(README_END)
+    lines.append(TABLE_END)
     return "\n".join(lines)
 
 
-def update_readme(results_path: Path, readme: Path = ROOT / "README.md") -> None:
-    """Replace the block between :data:`README_START` and :data:`README_END` in the README by
-    :func:`readme_table` of ``results_path``."""
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        raise SystemExit(f"{readme} has no bench table markers ({README_START!r} ... "
-                         f"{README_END!r}); add them where the table belongs")
-    head, rest = text.split(README_START, 1)
-    tail = rest.split(README_END, 1)[1]
-    table = readme_table(json.loads(results_path.read_text()))
-    readme.write_text(head + table + tail)
+def update_doc(results_path: Path, doc: Path = DOC) -> None:
+    """Replace the block between :data:`TABLE_START` and :data:`TABLE_END` in ``doc`` by
+    :func:`speed_table` of ``results_path``."""
+    text = doc.read_text()
+    if TABLE_START not in text or TABLE_END not in text:
+        raise SystemExit(f"{doc} has no bench table markers ({TABLE_START!r} ... "
+                         f"{TABLE_END!r}); add them where the table belongs")
+    head, rest = text.split(TABLE_START, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    table = speed_table(json.loads(results_path.read_text()))
+    doc.write_text(head + table + tail)

@@ -153,7 +153,7 @@ def set_threads(n: int) -> dict:
 
 def provenance() -> dict:
     """The commit measured (``-dirty`` when the work tree differs), the UTC date, and how many
-    times each model was run (one: every number is a single run; see the README for the spread)."""
+    times each model was run (one: every number is a single run)."""
     import subprocess
 
     def git(*a):

@@ -19,9 +19,6 @@ import torch
 
 from .stats import PERMUTATION_RESAMPLES, sign_flip_pvalues
 
-#: The kind of null claim V is judged against (recorded with every run; method §2.3).
-NULL_KIND = "token-shuffled V_hat"
-
 
 def token_permutations(n: int, seed: int, batch_shape: tuple[int, ...] = ()) -> torch.Tensor:
     """Independent uniform random permutations of ``n`` tokens, one per batch index, from a CPU

@@ -33,21 +33,11 @@ from .eigen import fix_signs, sorted_eigh
 
 METHODS = ("auto", "full", "subspace", "lobpcg")
 
-#: ``"auto"`` uses the full eigh up to this N and subspace iteration above it. Measured with
-#: ``python -m bench.run --topk-crossover`` on 2026-11-22 (this project's 2-core shared CPU, 1
-#: thread, float64, m = 64; K̃ of real all-MiniLM-L6-v2 keys of the default texts pooled across
-#: texts, three heads, plus one synthetic d = 64 key set): the two routes tie at N = 1024
-#: (0.30 s vs 0.32 s per matrix, medians), the iteration wins from N = 1536 on (1.0 s vs 0.66 s)
-#: and by 4x at N = 4096 (23.2 s vs 5.9 s). Agreement with the full eigh at every size:
-#: eigenvalues ≤ 6e-15 relative, subspaces (‖AAᵀ − BBᵀ‖₂) ≤ 1.2e-11.
+#: ``"auto"`` uses the full eigh up to this N and subspace iteration above it: the crossover
+#: measured by ``python -m bench.run --topk-crossover`` (float64, m = 64, one thread; the timings,
+#: the agreement with the full eigh and the N from which the iteration wins are in
+#: ``bench/topk_crossover.json``).
 AUTO_CROSSOVER_N = 1024
-#: The measurement behind :data:`AUTO_CROSSOVER_N`: N → (full eigh s, subspace s), median per
-#: matrix over the matrices measured at that N.
-CROSSOVER_MEASUREMENT = {
-    256: (0.012, 0.039), 384: (0.017, 0.048), 512: (0.044, 0.073), 768: (0.125, 0.177),
-    1024: (0.302, 0.316), 1536: (1.019, 0.658), 2048: (2.851, 1.319), 3072: (10.108, 3.168),
-    4096: (23.207, 5.917),
-}
 
 DEFAULT_TOL = 1e-12
 DEFAULT_MAX_ITER = 100

@@ -103,11 +103,6 @@ def position(g: dict[str, torch.Tensor]) -> float | None:
     return (m["learned"] - m["eigen"]) / gap if gap > 0 else None
 
 
-def mean_with_interval(values: torch.Tensor, idx: torch.Tensor) -> dict:
-    """``{"value", "ci"}``: the mean of ``values`` [S] and its interval over the resamples."""
-    return {"value": float(values.mean()), "ci": _interval(values[idx].mean(1))}
-
-
 def paired_change(first: torch.Tensor, last: torch.Tensor, idx: torch.Tensor, seed: int) -> dict:
     """The change last − first of a per-sample value [S] paired over samples: its mean, 95%
     bootstrap interval (resamples ``idx``) and the one-sided sign-flip p-value of "it rises"

@@ -138,10 +138,6 @@ def kind_of(path: str, value) -> str:
     return "exact"
 
 
-def tolerance_of(path: str, value) -> Tolerance:
-    return TOLERANCES[kind_of(path, value)]
-
-
 def rel_diff(a: float, b: float) -> float:
     """|a - b| / max(|a|, |b|) (0 for two zeros; inf when only one side is finite)."""
     if a == b:

@@ -3,7 +3,7 @@ tensors, and the two relative-error comparisons the known-answer tests use.
 
 Import them as ``from tests._helpers import F64, randn, rel_err`` (the checkout is on ``sys.path``
 when pytest runs from it). Keeping them here means one definition of "a seeded float64 normal
-tensor" and of "relative error", instead of a copy per test file (style guide §3 item 12).
+tensor" and of "relative error", instead of a copy per test file.
 """
 
 from __future__ import annotations

@@ -54,11 +54,9 @@ TINY_RUN = ("--layers", "0", "--heads", "0", "--n-samples", "2", "--threads", "1
 MINILM = ("--models", "all-MiniLM-L6-v2", *TINY_RUN)
 pytest_plugins = ["pytester"]
 
-# --images/--text problems surface inside the first test (ModelRun.prepare), once per test, as an
-# InputError traceback with exit code 1. The fix validates the input set at configure time in
-# fixtures/plugin/__init__.py (proposed diff in the report of issue "Bad input, interruptions and
-# concurrency"). Until it lands these tests are expected to fail; strict, so that they flip to
-# failures (remove this mark then) as soon as the plugin validates inputs.
+# An --images folder or --text file that cannot be used is found at configure time (the plugin
+# builds the input set on the controller before any test), so those are startup cases below, as
+# a bad checkpoint is: exit 4 and one ERROR line.
 
 
 # ------------------------------------------------------------------------------------ fixtures
@@ -293,7 +291,7 @@ def test_long_lines_are_truncated_and_say_so(pytester, tmp_path, files):
 
 
 def test_max_tokens_lifts_the_truncation_up_to_the_model_limit(pytester, tmp_path, files):
-    """--max-tokens (issue 6, long sequences): the ~360-token line is kept whole; MiniLM's own
+    """--max-tokens (long sequences): the ~360-token line is kept whole; MiniLM's own
     limit (512 positions) caps a larger request, and the input set says so."""
     result = claims(pytester, tmp_path, *MINILM, "-k", "test_value_vectors and not model",
                     "--text", str(files["long.txt"]), "--max-tokens", "1024")
@@ -313,7 +311,7 @@ def test_max_tokens_below_three_is_a_usage_error(pytester, tmp_path):
     assert line == "ERROR: --max-tokens must be at least 3 (two special tokens and a word)"
 
 
-# ------------------------------------------------- 1. selections and resource options (issue 16)
+# -------------------------------------------------------- 1. selections and resource options
 CONTROL = ("--models", "control-vit_tiny_patch16_224", "--n-samples", "2")
 # (id, args, the exact ERROR line)
 SELECTION_CASES = [
@@ -350,8 +348,8 @@ SELECTION_CASES = [
 
 @pytest.mark.parametrize("args, expected", [pytest.param(a, e, id=i) for i, a, e in SELECTION_CASES])
 def test_selection_or_limit_that_makes_no_sense_stops_at_startup(pytester, tmp_path, args, expected):
-    """Issue 16: each stops at configure time (exit 4, one sentence, no results.json, no cache
-    entry), instead of crashing every model-level test on an empty selection."""
+    """Each stops at configure time (exit 4, one sentence, no results.json, no cache entry), so no
+    model-level test ever meets an empty selection."""
     line = usage_error(claims(pytester, tmp_path, *args), tmp_path)
     assert line == expected or (expected.endswith(", ") and line.startswith(expected)), line
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
@@ -384,7 +382,7 @@ def test_model_level_unit_is_never_empty():
         assert faults.classify(err.value) == "internal"
 
 
-# ------------------------------------------------ 1. paths and outputs (issue 19, pre-flight)
+# ------------------------------------------------------------ 1. paths and outputs (pre-flight)
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory, files) -> dict[str, Path]:
     """A regular file where folders are expected, an HF folder without a tokenizer, a baseline."""
@@ -460,7 +458,7 @@ PATH_CASES = [
 
 @pytest.mark.parametrize("args, fragments", [pytest.param(a, s, id=i) for i, a, s in PATH_CASES])
 def test_bad_path_stops_at_startup(pytester, tmp_path, files, paths, args, fragments):
-    """Issue 19: every path option is checked before any test runs: exit 4, one sentence, and
+    """Every path option is checked before any test runs: exit 4, one sentence, and
     nothing written (no results.json, no output folder, no cache folder)."""
     line = usage_error(claims(pytester, tmp_path, *args(files, paths, tmp_path)), tmp_path)
     for fragment in fragments(files, paths, tmp_path):
@@ -512,7 +510,7 @@ def test_report_command_never_overwrites_its_input(tmp_path):
     assert results.read_text() == '{"not": "read"}'
 
 
-# ------------------------------------------------- 1. faults during the run (issue 19): not verdicts
+# ---------------------------------------------------------- 1. faults during the run: not verdicts
 def _results(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "out" / "results.json").read_text())
 

@@ -374,7 +374,7 @@ def test_shape_errors_name_the_argument():
         sim.linear_cka(k, v[:5])
 
 
-# ------------------------------------------------------------------ the fused suite (issue 6)
+# ------------------------------------------------------------------------------ the fused suite
 def test_metric_suite_equals_each_metric_function_per_target():
     """metric_suite shares the learned side between targets; every number must equal the
     stand-alone metric of (x, ys[t]), including a target with tiny rows and a rank-deficient one."""
@@ -439,7 +439,7 @@ def test_deferred_matching_gives_the_same_metrics():
 
 def test_keygram_top_d_equals_the_full_decomposition():
     """KeyGram(top=d) (claim V's route) keeps the first d pairs of the full spectrum exactly; the
-    subspace-iteration route agrees to 1e-8 (eigenvalues) and 1e-6 (subspaces) — issue 6."""
+    subspace-iteration route agrees to 1e-8 (eigenvalues) and 1e-6 (subspaces)."""
     k = torch.randn(3, 120, 16, generator=gen(16), dtype=F64) * 0.7
     full = KeyGram(k)
     top = KeyGram(k, top=16)
@@ -474,7 +474,7 @@ def test_spectral_norm_matches_eigvalsh_even_with_a_close_second_eigenvalue():
 
 def test_long_heads_take_the_top_k_solver_and_give_the_same_metrics(monkeypatch):
     """Above checks.topk.AUTO_CROSSOVER_N tokens KeyGram(top=d) uses subspace iteration instead
-    of the full eigh (issue 6, long sequences); claim V's numbers agree with the full route. The
+    of the full eigh (long sequences); claim V's numbers agree with the full route. The
     crossover is lowered here so that the test stays small."""
     from checks import topk
 

@@ -1,4 +1,4 @@
-"""The claim interface (issue 15): a claim is a registered ``ClaimSpec``; the session computes
+"""The claim interface: a claim is a registered ``ClaimSpec``; the session computes
 its per-layer metrics generically, the plugin parametrises its tests over its unit, results.json
 and the report carry its records. A toy fourth claim, written in one test file and nowhere
 else, proves that adding a claim needs no edit to fixtures/ or report/ (docs/architecture.md,

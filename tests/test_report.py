@@ -160,7 +160,7 @@ def test_claim_e_statistics_table_has_all_routes(page):
 def test_every_threshold_and_source_is_shown(page, example):
     sources = all_sources(example["thresholds"])
     assert len(sources) >= 10
-    for source in sources:  # each "method §N.M" in a source links to its anchor (issue 20)
+    for source in sources:  # each "method §N.M" in a source links to its anchor of docs/method.md
         linked = re.sub(r"method §(\d+)(?:\.(\d+))?", lambda m: (
             f'<a class="method" href="docs/method.md#s{m.group(1)}'
             f'{"-" + m.group(2) if m.group(2) else ""}">{m.group(0)}</a>'), str(escape(source)))

@@ -1,12 +1,9 @@
 """report.html is byte-identical for the same results.json across refactors of report/.
 
-The goldens in ``tests/data/report_golden/`` were rendered by the renderer of commit 6070d57
-(before the report was split into per-claim sections, issues 15 and 20) from the variants below
-of ``tests/data/results_example.json``. The one deliberate change since: the "Thresholds and
-sources" section links each "method §N.M" in a source to its anchor of docs/method.md
-(:func:`unlink_method`) undoes exactly that before comparing.
+The goldens in ``tests/data/report_golden/`` are the pages the renderer makes from the variants
+below of ``tests/data/results_example.json``: a refactor of report/ leaves them unchanged.
 
-Regenerate (only for a deliberate change, and say which in the commit):
+Regenerate (only for a deliberate change of the page, and say which in the commit):
 ``python -m tests.test_report_golden``.
 """
 
@@ -14,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -69,21 +65,12 @@ def _sparse() -> dict:
 VARIANTS = {"example": _example, "partial": _partial, "empty": _empty,
             "model_only": _model_only, "sparse": _sparse}
 
-_METHOD_LINK = re.compile(r'<a class="method" href="[^"]*#s\d+(?:-\d+)?">(method §[\d.]+)</a>')
-
-
-def unlink_method(page: str) -> str:
-    """``page`` with the deliberate change of issue 20 undone: the links of "method §N.M" in the
-    Thresholds and sources section replaced by their plain text."""
-    return _METHOD_LINK.sub(r"\1", page)
-
-
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_report_matches_the_golden(name):
     page = render_report(VARIANTS[name]())
     golden = (GOLDEN / f"{name}.html").read_text(encoding="utf-8")
-    if unlink_method(page) != golden:
-        new, old = unlink_method(page).splitlines(), golden.splitlines()
+    if page != golden:
+        new, old = page.splitlines(), golden.splitlines()
         first = next((i for i, (a, b) in enumerate(zip(new, old)) if a != b), min(len(new), len(old)))
         pytest.fail(f"report.html of {name!r} differs from tests/data/report_golden/{name}.html "
                     f"from line {first + 1}:\n  golden: {old[first:first + 1]}\n  now:    "
@@ -92,5 +79,5 @@ def test_report_matches_the_golden(name):
 
 if __name__ == "__main__":
     for name, make in VARIANTS.items():
-        (GOLDEN / f"{name}.html").write_text(unlink_method(render_report(make())), encoding="utf-8")
+        (GOLDEN / f"{name}.html").write_text(render_report(make()), encoding="utf-8")
         print(f"wrote {GOLDEN / name}.html")

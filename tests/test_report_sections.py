@@ -1,7 +1,7 @@
-"""The report iterates over registered claims (issue 15): a claim's section comes from its spec
+"""The report iterates over registered claims: a claim's section comes from its spec
 (``report_context`` + ``template``); a registered claim without them, and a claim the records
 name that is not registered, get the generic section; "method §N.M" in the thresholds' sources
-links to docs/method.md (issue 20)."""
+links to its section of docs/method.md."""
 
 from __future__ import annotations
 

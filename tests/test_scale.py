@@ -1,4 +1,4 @@
-"""Issue 14: ``--shard K/N``, ``python -m report merge``, ``--device`` and the developer switch
+"""Scale: ``--shard K/N``, ``python -m report merge``, ``--device`` and the developer switch
 ``KPCA_ACCELERATOR_PATH=1`` that runs the accelerator code path on the CPU."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _merge(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_one_run_equals_two_shards_merged(pytester, tmp_path):
-    """Done-when of issue 14: 1 run vs --shard 1/2 + --shard 2/2 + merge, each with its own cache
+    """One run vs --shard 1/2 + --shard 2/2 + merge, each with its own cache
     (so every number is computed again) at one thread: bitwise the same records, the same
     verdicts, a merged report, and the baseline gate passes on the merged result. A fourth run
     takes the accelerator code path on the CPU (KPCA_ACCELERATOR_PATH=1): records to 1e-10

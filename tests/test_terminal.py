@@ -1,4 +1,4 @@
-"""What a claims run prints (issue 12): the evidence, not our stack; the verdict table and the
+"""What a claims run prints: the evidence, not our stack; the verdict table and the
 two paths last; one line per failure by default, the full account under -v, only the table under
 -q; the one-line evidence as the JUnit failure message; progress with rate and ETA; and a report
 without the machine's absolute paths."""
@@ -70,13 +70,12 @@ def test_default_run_ends_with_the_table_and_prints_one_line_of_evidence_per_fai
     expected = {outcome.one_line(r) for r in not_supported}
     assert expected <= set(lines)  # each failure: its one line of evidence, nothing more
     assert not any("supported if" in line for line in lines)  # the thresholds stay in -v
-    # one line per failure on top of a fixed frame (measured: 40 lines, 32 + 8 evidence, cold cache;
-    # before issue 12 the same run printed 382 lines)
+    # one line per failure on top of a fixed frame (measured: 40 lines, 32 + 8 evidence, cold cache)
     assert len(lines) <= 36 + len(not_supported), len(lines)
     assert re.search(r"\d+ refuted", lines[-len(table) - 1])  # pytest's line reads as verdicts
 
     # JUnit: each claim test's failure message is its one-line evidence, the text that line and
-    # where the full evidence is (a test case stays under 2 KB: issue 21)
+    # where the full evidence is (a test case stays under 2 KB)
     by_test = {r["test_id"]: r for r in results["records"]}
     failures = 0
     for case in ET.parse(tmp_path / "junit.xml").iter("testcase"):

@@ -1,4 +1,5 @@
-"""``python -m bench.run --readme``: the README's Speed table is rewritten from a results file."""
+"""``python -m bench.run --write-table``: the Speed table of docs/performance.md is rewritten from a
+results file, and the shipped page holds the table of the shipped bench/results.json."""
 
 from __future__ import annotations
 
@@ -26,27 +27,39 @@ def _results() -> dict:
                         "load_before": [1.0], "load_after": [2.0]}, "models": [model]}
 
 
-def test_readme_table_is_rewritten_between_the_markers(tmp_path):
+def test_table_is_rewritten_between_the_markers(tmp_path):
     res = tmp_path / "results.json"
     res.write_text(json.dumps(_results()))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\nbefore\n{table.README_START}\nold table\n{table.README_END}\nafter\n")
-    table.update_readme(res, readme)
-    text = readme.read_text()
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"# x\n\nbefore\n{table.TABLE_START}\nold table\n{table.TABLE_END}\nafter\n")
+    table.update_doc(res, doc)
+    text = doc.read_text()
     assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith("after\n")
     assert "commit abc1234" in text and "Test CPU" in text
     assert "| V | gram | 1.5 | 4.5* | 3.00 | 2.0 | 3.00 | 700 |" in text
     assert "| E | **claim E, all heads (incl. session)** | 8.0 | 40.0* | **5.00** |" in text
     assert "load model" not in text
     assert "Agreement with the loop (1e-6 relative): V passed, E FAILED." in text
-    table.update_readme(res, readme)  # idempotent
-    assert readme.read_text() == text
+    table.update_doc(res, doc)  # idempotent
+    assert doc.read_text() == text
 
 
-def test_readme_without_markers_is_an_error(tmp_path):
+def test_page_without_markers_is_an_error(tmp_path):
     res = tmp_path / "results.json"
     res.write_text(json.dumps(_results()))
-    readme = tmp_path / "README.md"
-    readme.write_text("# no markers\n")
+    doc = tmp_path / "performance.md"
+    doc.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="no bench table markers"):
-        table.update_readme(res, readme)
+        table.update_doc(res, doc)
+
+
+def test_the_shipped_page_holds_the_table_of_the_shipped_results():
+    """docs/performance.md's generated table is that of bench/results.json (regenerate it with
+    ``python -m bench.run --write-table`` after a bench run)."""
+    text = table.DOC.read_text(encoding="utf-8")
+    assert text.count(table.TABLE_START) == 1 and text.count(table.TABLE_END) == 1
+    block = text.split(table.TABLE_START, 1)[1].split(table.TABLE_END, 1)[0]
+    shipped = json.loads((table.ROOT / "bench" / "results.json").read_text(encoding="utf-8"))
+    assert table.TABLE_START + block + table.TABLE_END == table.speed_table(shipped), (
+        "docs/performance.md's Speed table differs from bench/results.json: run "
+        "`python -m bench.run --write-table`")
