@@ -24,7 +24,7 @@ V = register(ClaimSpec(
     metrics=V_METRICS, settings="claims.claim_v:cache_settings",
     # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
     nonfinite_ok=tuple(f"p2code_{name}" for name in V_P2_CODE_METRICS),
-    report_context="report.sections.claim_v:context",
+    report_context="report.sections.claim_v_section:context",
     template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py"))
 
 J = register(ClaimSpec(
@@ -34,7 +34,7 @@ J = register(ClaimSpec(
               "non-negative, and falling over training.",
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
     layer_metrics="claims.claim_j:layer_metrics", code=("claims/claim_j.py",),
-    metrics=J_METRICS, report_context="report.sections.claim_j:context",
+    metrics=J_METRICS, report_context="report.sections.claim_j_section:context",
     # per-token tensors are NaN past each sample's own token count (method §3.7)
     nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq"),
     template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py"))
@@ -46,7 +46,7 @@ E = register(ClaimSpec(
               "constant over i for the â recovered from the learned V.",
     source="P1 §2.2.2; P2 finding 3; method §4", unit="head", levels=("head", "model"),
     layer_metrics="claims.claim_e:layer_metrics", code=("claims/claim_e.py",),
-    report_context="report.sections.claim_e:context",
+    report_context="report.sections.claim_e_section:context",
     template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py"))
 
 R = register(ClaimSpec(
@@ -60,7 +60,7 @@ R = register(ClaimSpec(
     # no per-layer metrics: its numbers come from fixtures/rpc_study.py (the results' code digest)
     code=("claims/claim_r.py", "fixtures/rpc_study.py", "fixtures/training/rpc_attention.py"),
     metrics=("paired_diff", "rpc_symvit", "symvit"),
-    report_context="report.sections.claim_r:context",
+    report_context="report.sections.claim_r_section:context",
     template="report/templates/sections/claim_r.html.j2", tests="claims/test_rpc_attention.py",
     extra={"label": "toy-scale mechanism check", "marker": "rpc",
            "not_checked": "claims.claim_r:NOT_CHECKED"}))

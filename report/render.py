@@ -8,8 +8,8 @@ registered :class:`~claims.registry.ClaimSpec`.
 This module is the core: validation, the order of the parts, the thresholds and provenance
 sections, and writing the file. The opening parts are :mod:`report.overview`; each claim's
 section is built by the function its spec names (``report_context``, e.g.
-:func:`report.sections.claim_v.context`) and drawn by its partial (``template``); a claim without
-them, or one this process has not registered, gets :mod:`report.sections.generic`.
+:func:`report.sections.claim_v_section.context`) and drawn by its partial (``template``); a claim without
+them, or one this process has not registered, gets :mod:`report.sections.generic_section`.
 
 Output: one self-contained HTML file (inline CSS, inline SVG, no script, no external resource
 except the links of "method §N" to the method document), byte-identical for the same results (no
@@ -37,7 +37,7 @@ from .diff import leaves
 from .index import Index, spec_of
 from .overview import grid_context, not_run_groups, summary_context
 from .partial import partial_reasons
-from .sections import controls, generic
+from .sections import controls_section, generic_section
 
 TEMPLATES = Path(__file__).with_name("templates")
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -298,7 +298,7 @@ def claim_sections(results: dict, index: Index, first: int = FIRST_CLAIM_SECTION
         if spec is not None and spec.report_context:
             context = registry.resolve(spec.report_context)(results, index, spec)
         else:
-            context = generic.context(results, index, spec, claim)
+            context = generic_section.context(results, index, spec, claim)
         template = (spec.template if spec is not None and spec.report_context and spec.template
                     else generic_partial)
         out.append({"claim": claim, "number": number, "anchor": f"claim-{claim.lower()}",
@@ -320,13 +320,13 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
     records (method §12) make the Controls section; the summary, the grid and the claim sections
     show the models under test only; the provenance lists every model."""
     full_index = Index(results)
-    control_section = controls.context(results)
-    results, _ = controls.split(results)
+    control_section = controls_section.context(results)
+    results, _ = controls_section.split(results)
     index = Index(results)
     not_run = not_run_groups(index)
     first = FIRST_CLAIM_SECTION + (1 if control_section else 0)
     sections = claim_sections(results, index, first)
-    from .multiverse import context as opt_in_context
+    from .sections.opt_in_sections import context as opt_in_context
 
     opt = opt_in_context(results)  # --multiverse, --training-dynamics, --seeds (if run)
     return {

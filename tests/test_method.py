@@ -605,7 +605,7 @@ def test_names_are_defined_once_and_agree_with_the_math():
 
     assert set(METRIC_NAMES) == set(names.V_MEASURED)  # the math's outputs, named by the claims
     assert set(names.V_MEASURED) < set(names.V_METRICS)
-    from report.sections import claim_v as v_section
+    from report.sections import claim_v_section as v_section
 
     assert render.SCHEMA == names.RESULTS_SCHEMA and v_section.V_METRICS is names.V_METRICS
     assert claim_v.METRICS is names.V_MEASURED

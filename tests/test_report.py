@@ -23,7 +23,7 @@ from markupsafe import escape
 from claims.records import VERDICTS, Record
 from report import render
 from report.common import LETTERS
-from report.sections.claim_j import reference_bands
+from report.sections.claim_j_section import reference_bands
 from report.render import load_results, render_report, write_report
 from report.svg_colour import VIRIDIS, ColourScale, decade_scale, interpolate, text_colour
 from report.svg_heatmap import heatmap
