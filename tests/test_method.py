@@ -601,13 +601,13 @@ def test_the_thresholds_file_holds_numbers_to_probe():
 def test_names_are_defined_once_and_agree_with_the_math():
     from checks.value_vectors import METRIC_NAMES
     from claims import names
-    from report import render
+    from report import results_file
 
     assert set(METRIC_NAMES) == set(names.V_MEASURED)  # the math's outputs, named by the claims
     assert set(names.V_MEASURED) < set(names.V_METRICS)
     from report.sections import claim_v_section as v_section
 
-    assert render.SCHEMA == names.RESULTS_SCHEMA and v_section.V_METRICS is names.V_METRICS
+    assert results_file.SCHEMA == names.RESULTS_SCHEMA and v_section.V_METRICS is names.V_METRICS
     assert claim_v.METRICS is names.V_MEASURED
     from checks.spectrum import STATISTICS
 

@@ -21,10 +21,11 @@ import pytest
 from markupsafe import escape
 
 from claims.records import VERDICTS, Record
-from report import render
 from report.common import LETTERS
 from report.sections.claim_j_section import reference_bands
-from report.render import load_results, render_report, write_report
+from report.render import render_report, write_report
+from report.results_file import load_results
+from report.sections.thresholds_section import threshold_rows
 from report.svg_colour import VIRIDIS, ColourScale, decade_scale, interpolate, text_colour
 from report.svg_heatmap import heatmap
 from report.svg_line_plot import Series, line_plot
@@ -208,7 +209,7 @@ def test_empty_and_model_only_results_render(example):
 
 
 def test_threshold_without_source_is_flagged():
-    rows = render.threshold_rows({"claim_x": {"supported": {"m": {"value": 1, "direction": ">="}}}})
+    rows = threshold_rows({"claim_x": {"supported": {"m": {"value": 1, "direction": ">="}}}})
     assert rows == [{"section": "claim_x", "rule": "supported · m", "condition": "m ≥ 1",
                      "whose": "unknown", "source": "no source recorded", "sourced": False}]
 

@@ -16,7 +16,7 @@ from claims import verdicts
 from fixtures import capture, models  # noqa: F401  (likewise)
 from fixtures import plugin, progress, session  # noqa: F401  (session: likewise)
 from fixtures.session import set_progress_writer
-from report.render import display_path, scrub_paths
+from report.path_scrub import display_path, scrub_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
