@@ -9,7 +9,7 @@ chunks ``ModelRun._chunks`` picks for ``--max-memory``; finally the records are 
 exclusive, :class:`bench.timing.Timers`): ``gram`` (checks.gram.score_matrix, log_normaliser,
 center_gram, undetermined_threshold), ``eigen`` (the top-d eigensolver KeyGram calls, full eigh
 below the measured crossover), ``assignment`` (checks.assignment's solver through
-checks.similarity.optimal_matching; in the session's second thread, so its wall time overlaps),
+checks.row_similarity.optimal_matching; in the session's second thread, so its wall time overlaps),
 ``p2-code`` (the p2-code variant on its seeded subset of samples, method §8.3, matching apart),
 ``metrics`` (the rest of value_vector_metrics_batched), ``session`` (the rest of
 ModelRun.layer_metrics("V", …) on the main thread: layer file reads, null draws and QR, cache writes,
@@ -94,7 +94,7 @@ def _null_of(kw: dict, i: int, j: int) -> torch.Tensor:
 
 def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> dict:
     import checks.p2_code
-    import checks.similarity
+    import checks.row_similarity
     import checks.value_vectors
     from fixtures import capture_batches as capture_mod
     from fixtures import models as models_mod
@@ -159,7 +159,7 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     targets = [(importlib.import_module(mod), name, timed(stage))
                for (mod, name), stage in GRAM_STAGES.items()]
     targets += [(checks.p2_code, "p2_code_metrics_on", timed("p2code")),
-                (checks.similarity, "optimal_matching", timed("assignment")),
+                (checks.row_similarity, "optimal_matching", timed("assignment")),
                 (checks.value_vectors, "value_vector_metrics_batched", recording),
                 (run, "_groups", tracking_groups(state))]
     per_layer, memory["claim_v"] = time_layers(run, "V", layers, targets, timers, sampler,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-#: The checkout the report names paths relative to (and reads its partials and method document from).
+#: The checkout the report names paths relative to (its partials and method document are in it).
 CHECKOUT = Path(__file__).resolve().parent.parent
 #: Files larger than this are named without a hash (checkpoints carry theirs).
 HASH_LIMIT = 64 * 1024**2
