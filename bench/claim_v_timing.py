@@ -1,5 +1,5 @@
 """Claim V timed stage by stage through the suite's own session, against the plain per-head loop
-of :mod:`bench.reference` on a fixed random subset of (sample, layer, head) triples fed the very
+of :mod:`bench.loop_reference` on a fixed random subset of (sample, layer, head) triples fed the very
 k, v and null (token permutation of ΠV̂) our path received, with every compared quantity's agreement checked. What
 is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.session.ModelRun`
 (fresh temporary cache) loads the model, captures Q/K/V through
@@ -29,11 +29,12 @@ from typing import Any, Callable
 
 import torch
 
-from .claims_je import _bench_claim
-from .models import BenchModel
-from .reference import METRIC_NAMES, StageClock, reference_head
-from .timing import (GRAM_STAGES, MIB, ROOT, SMALL, RssSampler, Timers, patched, time_layers,
-                     tracking_groups)
+from .claims_je_timing import _bench_claim
+from .loop_reference import reference_head
+from .loop_reference_metrics import METRIC_NAMES
+from .timing import (GRAM_STAGES, MIB, ROOT, SMALL, RssSampler, StageClock, Timers, patched,
+                     time_layers, tracking_groups)
+from .workloads import BenchModel
 
 COMPARED = tuple(METRIC_NAMES) + tuple(f"{n}_null" for n in METRIC_NAMES) + ("mu_d",)
 
