@@ -1,11 +1,11 @@
 """``python -m bench.run``: time the suite's claims V, J and E stage by stage against plain
-per-head loops (:mod:`bench.reference`), check that both give the same numbers, and measure
-peak memory. ``--write-table`` rewrites the Speed table of docs/performance.md from the results
-file instead; ``--topk-crossover`` measures the eigensolver crossover (:mod:`bench.crossover`);
-``--solvers`` measures the assignment solvers and the partial eigensolvers on real matrices
+per-head loops (:mod:`bench.loop_reference`), check that both give the same numbers, and measure
+peak memory. ``--write-table`` rewrites the Speed table of docs/performance.md from the results file instead;
+``--topk-crossover`` measures the eigensolver crossover (:mod:`bench.crossover`); ``--solvers``
+measures the assignment solvers and the partial eigensolvers on real matrices
 (:mod:`bench.solvers`). The jobs live in their modules: the instruments in :mod:`bench.timing`,
-the inputs in :mod:`bench.models`, claim V in :mod:`bench.claim_v`, claims J and E in
-:mod:`bench.claims_je`, the table and its page in :mod:`bench.table`. Before any ratio is
+the inputs in :mod:`bench.workloads`, claim V in :mod:`bench.claim_v_timing`, claims J and E in
+:mod:`bench.claims_je_timing`, the table and its page in :mod:`bench.table`. Before any ratio is
 printed, every compared quantity of every checked head must agree with the loop to ``--rtol``.
 """
 
@@ -25,9 +25,9 @@ import fixtures  # noqa: F401  (torchvision shim before timm)
 import numpy as np
 import torch
 
-from .claim_v import bench_model
+from .claim_v_timing import bench_model
 from .crossover import topk_crossover
-from .models import model_configs
+from .workloads import model_configs
 from .table import print_table, stage_rows, update_doc
 from .timing import RssSampler, cpu_model, parse_bytes, provenance, set_threads
 

@@ -1,20 +1,22 @@
 """The bench's instruments: per-stage timers (exclusive, per thread, wall and CPU), the patching
-that puts them around the suite's own functions for the duration of a run, peak-RSS sampling,
-thread limits, the memory-size parser, and the provenance (commit, date, CPU) written beside
-every measurement. Nothing here knows a claim: :mod:`bench.claim_v` and :mod:`bench.claims_je`
-decide which functions are timed under which stage.
+that puts them around the suite's own functions for the duration of a run, the stage clock of the
+loop references, peak-RSS sampling, thread limits, the memory-size parser, and the provenance
+(commit, date, CPU) written beside every measurement. Nothing here knows a claim:
+:mod:`bench.claim_v_timing` and :mod:`bench.claims_je_timing` decide which functions are timed
+under which stage.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import functools
 import platform
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -114,6 +116,34 @@ class Timers:
         return timed
 
 
+
+class StageClock:
+    """Wall-clock and CPU seconds the loop references (:mod:`bench.loop_reference`) spend in named
+    stages, accumulated over calls.
+
+    ``with clock.stage("eigen"): ...`` adds the block's time to ``wall["eigen"]`` and
+    ``cpu["eigen"]``. Stages must not nest.
+    """
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = collections.defaultdict(float)
+        self.cpu: dict[str, float] = collections.defaultdict(float)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        w0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.wall[name] += time.perf_counter() - w0
+            self.cpu[name] += time.process_time() - c0
+
+
+@contextlib.contextmanager
+def no_clock(name: str) -> Iterator[None]:
+    """The stand-in for :meth:`StageClock.stage` when nothing is timed."""
+    yield
+
 @contextlib.contextmanager
 def patched(targets: list[tuple[Any, str, Callable]]):
     """Replace ``getattr(obj, name)`` by ``make(original)`` for each target; restore on exit."""
@@ -134,7 +164,7 @@ def set_threads(n: int) -> dict:
     """
     # Imported for their side effect only (the native libraries they load, and the thread pools
     # those bring, exist before threadpool_limits): scipy.linalg (BLAS/LAPACK), scipy.optimize
-    # (the assignment), scipy.spatial (bench.reference's pdist).
+    # (the assignment), scipy.spatial (bench.loop_reference_metrics' pdist).
     import scipy.linalg  # noqa: F401
     import scipy.optimize  # noqa: F401
     import scipy.spatial  # noqa: F401

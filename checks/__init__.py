@@ -7,10 +7,12 @@ Single-head entry points (tensors of shape [N, d]):
 - :func:`gram_spectrum`, :func:`gamma_spread` — claim E (method §4)
 Each has a batched twin over any leading dimensions in its module.
 
-One module per job: ``gram`` (the key Gram matrix K̃ in log space), ``value_vectors`` and
-``similarity`` (claim V), ``projection`` (claim J's per-head terms) and ``projection_summary``
-(their pooling and trend), ``spectrum`` (claim E's eigenvalue statistics) and ``gamma`` (claim E's
-γ constancy), ``stats``, ``errors`` and ``_validation`` (shared argument checks).
+One module per job: ``gram`` (the key Gram matrix K̃ in log space), ``value_vectors`` (claim V)
+with its similarity metrics (``similarity_scaling``, ``row_similarity``, ``cka``,
+``matrix_similarity``, all at once in ``metric_suite``), ``projection`` (claim J's per-head
+terms) and ``projection_summary`` (their pooling and trend), ``spectrum`` (claim E's eigenvalue
+statistics) and ``gamma`` (claim E's γ constancy), ``stats``, ``errors`` and ``_validation``
+(shared argument checks).
 """
 
 from . import gram

@@ -28,7 +28,7 @@ import torch
 
 from ._validation import check_int
 from .gram import center_gram, log_normaliser, resolve_scale, score_matrix, standardize_tokens
-from .similarity import matched_cosine
+from .row_similarity import matched_cosine
 from .value_vectors import _pad_columns
 
 #: P2's code: the epsilon added to row norms before a cosine or Pearson correlation.
@@ -85,7 +85,7 @@ def p2_code_metrics_on(k: torch.Tensor, v: torch.Tensor, rows: list[int], *,
 
     Returns ``({"direct_cosine", "pearson"}: [B, H] float64 CPU, NaN outside ``rows``; the cosine
     matrices [H, N, N] of each sample of ``rows``, in order)``: :func:`scatter_rows` places their
-    matched cosines (:func:`checks.similarity.matched_cosine`) the same way.
+    matched cosines (:func:`checks.row_similarity.matched_cosine`) the same way.
     """
     n_rows, width = k.shape[0], k.shape[1]
     if not rows:
@@ -131,7 +131,7 @@ def p2_code_metrics(k: torch.Tensor, v: torch.Tensor, scale: float | None = None
                     standardize: bool = False, defer_matching: bool = False) -> dict[str, torch.Tensor]:
     """Direct cosine, optimal cosine and Pearson of the learned V against P2-code V̂, [...] each
     (float32 inputs, P2's row normalisation). With ``defer_matching``, ``"cosine_matrix"``
-    [..., N, N] (CPU) replaces ``"optimal_cosine"``, for :func:`checks.similarity.matched_cosine`
+    [..., N, N] (CPU) replaces ``"optimal_cosine"``, for :func:`checks.row_similarity.matched_cosine`
     to run elsewhere (as the exact path does)."""
     v_hat, _ = p2_code_values(k, scale, standardize)
     x = v.to(torch.float32)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from . import similarity
+from .metric_suite import metric_suite
+from .row_similarity import matched_cosine
 from .degenerate import effective_rows
 from .errors import check_finite
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs, kpca_values
@@ -105,7 +106,7 @@ def value_vector_metrics_batched(
     defer_matching : bool
         Leave the Hungarian step out: instead of ``optimal_cosine`` and ``optimal_cosine_null``
         the result holds ``"cosine_matrices"`` [2, ..., N, N] (V̂, then V̂₀) on the CPU, which
-        :func:`checks.similarity.matched_cosine` turns into those two metrics. Lets a caller run
+        :func:`checks.row_similarity.matched_cosine` turns into those two metrics. Lets a caller run
         the assignment on the CPU while the next batch is computed.
     atol, rtol : float
         Tolerances of the allclose rate, |V − V̂| ≤ atol + rtol·|V̂| elementwise. No default: the
@@ -171,7 +172,7 @@ def value_vector_metrics_batched(
     if null_perm is None:
         v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # V̂₀ = G(I − 11ᵀ/N)A₀
 
-    metrics, cos = similarity.metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
+    metrics, cos = metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
     out = {}
     for name, both in metrics.items():
         both = both.to(v.dtype) if name == "allclose" else both
@@ -179,7 +180,7 @@ def value_vector_metrics_batched(
     if defer_matching:
         out["cosine_matrices"] = cos.to("cpu")
     else:
-        optimal = similarity.matched_cosine(cos)
+        optimal = matched_cosine(cos)
         out["optimal_cosine"], out["optimal_cosine_null"] = optimal[0], optimal[1]
     out["undetermined"] = gram.undetermined
     if d <= n:

@@ -26,7 +26,7 @@ V = register(ClaimSpec(
     metrics=V_METRICS, settings="claims.value_layer:cache_settings",
     # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
     nonfinite_ok=tuple(f"p2code_{name}" for name in V_P2_CODE_METRICS),
-    report_context="report.sections.claim_v:context",
+    report_context="report.sections.claim_v_section:context",
     template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py",
     method_version="1", sample_rows="claims.claim_v:sample_rows"))
 
@@ -37,7 +37,7 @@ J = register(ClaimSpec(
               "non-negative, and falling over training.",
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
     layer_metrics="claims.projection_layer:layer_metrics",
-    metrics=J_METRICS, report_context="report.sections.claim_j:context",
+    metrics=J_METRICS, report_context="report.sections.claim_j_section:context",
     # per-token tensors are NaN past each sample's own token count (method §3.7)
     nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq"),
     template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py",
@@ -50,7 +50,7 @@ E = register(ClaimSpec(
               "constant over i for the â recovered from the learned V.",
     source="P1 §2.2.2; P2 finding 3; method §4", unit="head", levels=("head", "model"),
     layer_metrics="claims.gram_layer:layer_metrics",
-    report_context="report.sections.claim_e:context",
+    report_context="report.sections.claim_e_section:context",
     template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py",
     # its head records judge γ constancy by their own rules; they have per-sample rows
     method_version="1", record_sections={"head": "claim_e_gamma"},
@@ -67,7 +67,7 @@ R = register(ClaimSpec(
     # no per-layer metrics: its numbers come from fixtures/engine/rpc_study.py (the results' code digest)
     code=("claims.claim_r", "fixtures.engine.rpc_study"),
     metrics=("paired_diff", "rpc_symvit", "symvit"),
-    report_context="report.sections.claim_r:context",
+    report_context="report.sections.claim_r_section:context",
     template="report/templates/sections/claim_r.html.j2", tests="claims/test_rpc_attention.py",
     extra={"label": "toy-scale mechanism check", "marker": "rpc",
            "not_checked": "claims.claim_r:NOT_CHECKED"}))

@@ -25,7 +25,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
 
     from checks.errors import NonFiniteError
     from checks.p2_code import p2_code_subset, scatter_rows
-    from checks.similarity import matched_cosine
+    from checks.row_similarity import matched_cosine
     from checks.value_vectors import value_vector_metrics_batched
 
     info = ctx.info

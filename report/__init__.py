@@ -7,6 +7,7 @@ Command line: ``python -m report RESULTS -o OUT.html``. Drill into one head:
 ``report/drilldown.ipynb`` (papermill parameters results_path, model, layer, head).
 """
 
-from .render import load_results, render_report, validate_results, write_report
+from .render import render_report, write_report
+from .results_file import load_results, validate_results
 
 __all__ = ["load_results", "render_report", "validate_results", "write_report"]

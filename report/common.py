@@ -13,7 +13,8 @@ import re
 
 from claims.records import VERDICTS, Record
 
-from . import svg
+from .svg_line_plot import HLine
+from .svg_primitives import Tick, finite
 
 LETTERS = {"supported": "S", "refuted": "R", "inconclusive": "I", "undetermined": "U"}
 VERDICT_HELP = {
@@ -67,7 +68,7 @@ def slug(text: str) -> str:
 
 
 def range_text(values: list) -> str:
-    vals = [v for v in values if svg.finite(v)]
+    vals = [v for v in values if finite(v)]
     if not vals:
         return "—"
     lo, hi = min(vals), max(vals)
@@ -75,12 +76,12 @@ def range_text(values: list) -> str:
 
 
 def mean(values: list) -> float | None:
-    vals = [float(v) for v in values if svg.finite(v)]
+    vals = [float(v) for v in values if finite(v)]
     return sum(vals) / len(vals) if vals else None
 
 
 def median(values: list) -> float | None:
-    vals = sorted(float(v) for v in values if svg.finite(v))
+    vals = sorted(float(v) for v in values if finite(v))
     if not vals:
         return None
     m = len(vals) // 2
@@ -88,7 +89,7 @@ def median(values: list) -> float | None:
 
 
 def log10(x) -> float | None:
-    return math.log10(x) if svg.finite(x) and x > 0 else None
+    return math.log10(x) if finite(x) and x > 0 else None
 
 
 # ------------------------------------------------------------------------------------ records
@@ -141,25 +142,25 @@ def rules_text(thresholds: dict, section: str, metric: str) -> str:
     return "; ".join(parts) or "—"
 
 
-def rule_marks(thresholds: dict, section: str, metric: str) -> list[svg.Tick]:
+def rule_marks(thresholds: dict, section: str, metric: str) -> list[Tick]:
     """Colour-bar marks for every threshold on ``metric`` in a thresholds section."""
     out = []
     for kind in ("supported", "refuted"):
         rule = _rule(thresholds, section, kind, metric)
-        if isinstance(rule, dict) and svg.finite(rule.get("value")):
+        if isinstance(rule, dict) and finite(rule.get("value")):
             label = f"{kind} {direction(rule.get('direction'))} {fmt(rule['value'])}"
-            out.append(svg.Tick(float(rule["value"]), label, True))
+            out.append(Tick(float(rule["value"]), label, True))
     return out
 
 
-def threshold_lines(thresholds: dict, section: str, metric: str) -> list[svg.HLine]:
+def threshold_lines(thresholds: dict, section: str, metric: str) -> list[HLine]:
     """Dashed lines for every threshold on a log10 metric, labelled as powers of ten."""
     out = []
     colours = {"supported": "#1b7837", "refuted": "#b2182b"}
     for kind in ("supported", "refuted"):
         rule = _rule(thresholds, section, kind, metric)
-        if isinstance(rule, dict) and svg.finite(rule.get("value")):
-            out.append(svg.HLine(float(rule["value"]),
-                                 f"{kind} {direction(rule.get('direction'))} "
-                                 f"10^{fmt(rule['value'])}", colours[kind]))
+        if isinstance(rule, dict) and finite(rule.get("value")):
+            out.append(HLine(float(rule["value"]),
+                             f"{kind} {direction(rule.get('direction'))} "
+                             f"10^{fmt(rule['value'])}", colours[kind]))
     return out

@@ -28,7 +28,8 @@ from pathlib import Path
 from claims.names import RESULTS_SCHEMA
 
 from .atomic import atomic_open, atomic_write_text
-from .render import render_report, validate_results
+from .render import render_report
+from .results_file import validate_results
 
 
 def _record_key(rec: dict) -> tuple:

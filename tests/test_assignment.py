@@ -8,7 +8,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from checks import assignment
-from checks.similarity import matched_cosine
+from checks.row_similarity import matched_cosine
 
 
 def _cosines(b: int, n: int, d: int, seed: int, decimals: int | None = None) -> torch.Tensor:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from claims.verdicts import load_thresholds
-from report import baseline
+from report import baseline, baseline_gate, baseline_matching, require_gate
 from report.render import render_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,13 +44,13 @@ def _candidate(results, new_key="checkpoint-run-0042", old_key=VIT):
 
 def _gate(results, base, mode="candidate", **kw):
     table = "baseline" if mode == "same-checkpoint" else "baseline_candidate"
-    return baseline.compare(results, base, load_thresholds()[table], mode=mode, **kw)
+    return baseline_gate.compare(results, base, load_thresholds()[table], mode=mode, **kw)
 
 
 # ------------------------------------------------------------------- candidate vs accepted
 def test_same_results_pass_in_both_modes(results):
     base = baseline.make_baseline(results)
-    for mode in baseline.GATE_MODES:
+    for mode in baseline_gate.GATE_MODES:
         out = _gate(results, base, mode)
         assert out.regressions == [] and out.improvements == [] and out.compared == 28
 
@@ -63,7 +63,7 @@ def test_a_new_checkpoint_under_another_file_name_is_compared(results):
     assert pair["baseline"] == VIT
     assert pair["candidate_hash"] != pair["baseline_hash"]        # recorded, not required to match
     assert out.regressions == [] and out.compared == 28
-    lines = baseline.summary_lines(out.to_json())
+    lines = baseline_gate.summary_lines(out.to_json())
     assert any("checkpoint-run-0042 (111111111111) vs baseline" in line
                and "new checkpoint" in line for line in lines)
 
@@ -188,14 +188,14 @@ def test_several_models_of_one_architecture_need_baseline_model(results):
     cand = _candidate(results)
     with pytest.raises(baseline.BaselineMismatch, match="several models.*--baseline-model"):
         _gate(cand, base)
-    out = _gate(cand, base, chosen=baseline.parse_baseline_model("checkpoint-run-0031"))
+    out = _gate(cand, base, chosen=baseline_matching.parse_baseline_model("checkpoint-run-0031"))
     assert {p["candidate"]: p["baseline"] for p in out.pairs}["checkpoint-run-0042"] == \
         "checkpoint-run-0031"
-    pairs = baseline.parse_baseline_model("checkpoint-run-0042=" + VIT)
+    pairs = baseline_matching.parse_baseline_model("checkpoint-run-0042=" + VIT)
     assert {p["candidate"]: p["baseline"] for p in _gate(cand, base, chosen=pairs).pairs}[
         "checkpoint-run-0042"] == VIT
     with pytest.raises(baseline.BaselineMismatch, match="--baseline-model nope: .*no such model"):
-        _gate(cand, base, chosen=baseline.parse_baseline_model("nope"))
+        _gate(cand, base, chosen=baseline_matching.parse_baseline_model("nope"))
 
 
 # --------------------------------------------------------------------- same-checkpoint mode
@@ -228,7 +228,7 @@ def test_missing_or_old_baseline_file_is_a_clear_error(tmp_path):
 
 # ----------------------------------------------------------------------------- policy gate
 def test_require_parses_and_judges_model_level_verdicts(results):
-    rules = baseline.parse_require("V>=inconclusive, J=supported")
+    rules = require_gate.parse_require("V>=inconclusive, J=supported")
     assert rules == [("V", ">=", "inconclusive"), ("J", "=", "supported")]
     levels = {(r["model"], r["claim"]): r["verdict"] for r in results["records"]
               if r["level"] == "model"}
@@ -236,20 +236,21 @@ def test_require_parses_and_judges_model_level_verdicts(results):
                 if c == "J" and v != "supported"}
     expected |= {f"claim V {m} model" for (m, c), v in levels.items()
                  if c == "V" and v == "refuted"}
-    assert expected and {c.record for c in baseline.check_require(results, rules)} == expected
-    assert baseline.check_require(results, baseline.parse_require("V>=refuted,J>=refuted")) == []
+    assert expected and {c.record for c in require_gate.check_require(results, rules)} == expected
+    assert require_gate.check_require(results,
+                                      require_gate.parse_require("V>=refuted,J>=refuted")) == []
     with pytest.raises(baseline.BaselineMismatch, match="no model-level verdict of claim E"):
-        baseline.check_require({**results, "records": [r for r in results["records"]
-                                                       if r["claim"] != "E"]},
-                               baseline.parse_require("E=supported"))
+        require_gate.check_require({**results, "records": [r for r in results["records"]
+                                                           if r["claim"] != "E"]},
+                                   require_gate.parse_require("E=supported"))
 
 
 @pytest.mark.parametrize("text, match", [
     ("V>=great", "'great' is not a verdict"), ("X=supported", "'X' is not a claim"),
     ("V supported", "no >= or ="), (",", "names no claim")])
 def test_require_bad_syntax_is_one_sentence(text, match):
-    with pytest.raises(baseline.RequireError, match=match):
-        baseline.parse_require(text)
+    with pytest.raises(require_gate.RequireError, match=match):
+        require_gate.parse_require(text)
 
 
 # ----------------------------------------------------------------------- tolerances, report

@@ -1,4 +1,4 @@
-"""The plain per-head reference of the benchmark (bench/reference.py) against the batched claim-V
+"""The plain per-head reference of the benchmark (bench/loop_reference.py) against the batched claim-V
 path (checks.value_vectors): two independent routes to the same 16 metrics (method §2)."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
-from bench.reference import METRIC_NAMES, StageClock, reference_claim_v, reference_head
+from bench.loop_reference import reference_claim_v, reference_head
+from bench.loop_reference_metrics import METRIC_NAMES
+from bench.timing import StageClock
 from checks.gram import KeyGram
 from checks.value_vectors import random_orthonormal, value_vector_metrics_batched
 from claims.verdicts import allclose_tolerance
@@ -91,7 +93,7 @@ def test_reference_rejects_bad_shapes():
 
 # ------------------------------------------------------------------ claims J and E (bench loops)
 def test_reference_j_equals_the_batched_terms():
-    from bench.reference import J_NAMES, reference_j_head
+    from bench.loop_reference import J_NAMES, reference_j_head
     from checks.projection import log_phi_sq_norm_p1_code, projection_terms_batched
 
     g = torch.Generator().manual_seed(5)
@@ -113,7 +115,7 @@ def test_reference_j_equals_the_batched_terms():
 
 @pytest.mark.parametrize("key_scale", [1.0, 40.0])  # 40: the naive float32 route overflows
 def test_reference_e_equals_the_batched_spectra_and_spreads(key_scale):
-    from bench.reference import reference_e_head
+    from bench.loop_reference import reference_e_head
     from checks import gamma as gamma_constancy
     from checks import spectrum
 

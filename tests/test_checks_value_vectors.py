@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from checks import similarity as sim
+from checks import cka, matrix_similarity, metric_suite, row_similarity, similarity_scaling
 from checks.assignment import optimal_matching
 from checks.gram import KeyGram, fix_signs
 from checks.value_vectors import (
@@ -27,6 +27,14 @@ TOL = allclose_tolerance()  # [claim_v.allclose] of claims/thresholds.toml
 
 SCALE_INVARIANT = ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka", "pearson",
                    "subspace_overlap")
+
+
+def metric(name: str):
+    """The similarity metric ``name``, from the module of its family."""
+    for module in (row_similarity, cka, matrix_similarity):
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError(f"no similarity metric {name!r}")
 
 
 def centring(n: int) -> torch.Tensor:
@@ -145,7 +153,7 @@ def test_linear_cka_feature_form_equals_gram_form():
     hkx = h @ (x @ x.transpose(-1, -2)) @ h
     hky = h @ (y @ y.transpose(-1, -2)) @ h
     ref = (hkx * hky).sum((-2, -1)) / (hkx.norm(dim=(-2, -1)) * hky.norm(dim=(-2, -1)))
-    assert rel_err(sim.linear_cka(x, y), ref) < 1e-12
+    assert rel_err(cka.linear_cka(x, y), ref) < 1e-12
 
 
 def test_kernel_cka_matches_independent_route():
@@ -163,30 +171,30 @@ def test_kernel_cka_matches_independent_route():
     for b in range(2):
         kx, ky = rbf(x[b]), rbf(y[b])
         ref = (kx * ky).sum() / (kx.norm() * ky.norm())
-        assert abs(float(sim.kernel_cka(x, y)[b]) - float(ref)) < 1e-12
+        assert abs(float(cka.kernel_cka(x, y)[b]) - float(ref)) < 1e-12
 
 
 def test_median_bandwidth_is_the_lower_middle_value():
     x = torch.tensor([[0.0], [1.0], [3.0], [7.0]], dtype=F64)  # pair distances² 1,4,9,16,36,49
-    assert float(sim.median_bandwidth(x)) == 9.0
-    d2 = sim.squared_distances(x)
+    assert float(cka.median_bandwidth(x)) == 9.0
+    d2 = cka.squared_distances(x)
     assert float(d2[0, 3]) == 49.0 and torch.equal(d2.diagonal(), torch.zeros(4, dtype=F64))
     y = torch.tensor([[0.0], [2.0], [1.0], [5.0]], dtype=F64)
     h = centring(4)
 
     def cka_with(sx):
         kx = h @ torch.exp(-d2 / (2 * sx)) @ h
-        ky = h @ torch.exp(-sim.squared_distances(y) / (2 * float(sim.median_bandwidth(y)))) @ h
+        ky = h @ torch.exp(-cka.squared_distances(y) / (2 * float(cka.median_bandwidth(y)))) @ h
         return float((kx * ky).sum() / (kx.norm() * ky.norm()))
 
-    got = float(sim.kernel_cka(x, y))
+    got = float(cka.kernel_cka(x, y))
     assert abs(got - cka_with(9.0)) < 1e-14
     assert abs(got - cka_with(12.5)) > 1e-4  # the mean of the middle values gives another answer
 
 
 def test_squared_distances_exact_zero_diagonal_and_agree_with_cdist():
     x = randn(2, 30, 8, seed=21, scale=1e3) + 1e4
-    d2 = sim.squared_distances(x)
+    d2 = cka.squared_distances(x)
     assert torch.equal(d2.diagonal(dim1=-2, dim2=-1), torch.zeros(2, 30, dtype=F64))
     assert bool((d2 >= 0).all())
     assert rel_err(d2, torch.cdist(x, x) ** 2) < 1e-9
@@ -197,25 +205,25 @@ def test_cka_invariances():
     q1 = random_orthonormal(5, 5, seed=1, batch_shape=(2,))
     q2 = random_orthonormal(5, 5, seed=2, batch_shape=(2,))
     signs = torch.tensor([1.0, -1.0, -1.0, 1.0, -1.0], dtype=F64)
-    lin, ker = sim.linear_cka(x, y), sim.kernel_cka(x, y)
+    lin, ker = cka.linear_cka(x, y), cka.kernel_cka(x, y)
     for xx, yy in ((3.7 * x @ q1, y), (x, y * signs), (x @ q1, 0.02 * y @ q2), (x + 5.0, y)):
-        assert torch.allclose(sim.linear_cka(xx, yy), lin, rtol=0, atol=1e-12)
+        assert torch.allclose(cka.linear_cka(xx, yy), lin, rtol=0, atol=1e-12)
     for xx, yy in ((3.7 * x @ q1, y), (x @ q1, 0.02 * y @ q2), (x * signs, y)):
-        assert torch.allclose(sim.kernel_cka(xx, yy), ker, rtol=0, atol=1e-12)
+        assert torch.allclose(cka.kernel_cka(xx, yy), ker, rtol=0, atol=1e-12)
     stretch = torch.tensor([1.0, 10.0, 1.0, 1.0, 0.1], dtype=F64)  # not an isotropic map
-    assert float((sim.linear_cka(x * stretch, y) - lin).abs().min()) > 1e-3
-    assert float((sim.kernel_cka(x * stretch, y) - ker).abs().min()) > 1e-3
+    assert float((cka.linear_cka(x * stretch, y) - lin).abs().min()) > 1e-3
+    assert float((cka.kernel_cka(x * stretch, y) - ker).abs().min()) > 1e-3
 
 
 def test_scale_invariant_metrics_survive_tiny_and_huge_scales():
     x, y = randn(2, 12, 4, seed=24), randn(2, 12, 4, seed=25)
     for name in SCALE_INVARIANT:
-        fn = getattr(sim, name)
+        fn = metric(name)
         base = fn(x, y)
         for c in (1e-170, 1e170):  # V̂ carries 1/g_j, which can be this small
             assert torch.allclose(fn(x, c * y), base, rtol=0, atol=1e-12), (name, c)
             assert torch.allclose(fn(c * x, y), base, rtol=0, atol=1e-12), (name, c)
-    assert torch.allclose(sim.relative_frobenius(1e200 * x, 1e200 * y), sim.relative_frobenius(x, y),
+    assert torch.allclose(matrix_similarity.relative_frobenius(1e200 * x, 1e200 * y), matrix_similarity.relative_frobenius(x, y),
                           rtol=1e-14, atol=0)
 
 
@@ -223,65 +231,65 @@ def test_direct_optimal_cosine_and_pearson_hand_cases():
     x = randn(3, 10, 6, seed=26)
     perm = torch.tensor([3, 0, 1, 2, 9, 8, 7, 6, 5, 4])
     y = 2.0 * x[..., perm, :]
-    assert torch.allclose(sim.optimal_cosine(x, y), torch.ones(3, dtype=F64), atol=1e-14)
-    assert bool((sim.direct_cosine(x, y) < 0.9).all())
+    assert torch.allclose(row_similarity.optimal_cosine(x, y), torch.ones(3, dtype=F64), atol=1e-14)
+    assert bool((row_similarity.direct_cosine(x, y) < 0.9).all())
     other = randn(3, 10, 6, seed=27)
-    assert bool((sim.optimal_cosine(x, other) >= sim.direct_cosine(x, other) - 1e-15).all())
+    assert bool((row_similarity.optimal_cosine(x, other) >= row_similarity.direct_cosine(x, other) - 1e-15).all())
     # cos of (1,0) with (1,1) and of (0,1) with (−1,0): mean of √½ and 0
     a = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=F64)
     b = torch.tensor([[1.0, 1.0], [-1.0, 0.0]], dtype=F64)
-    assert abs(float(sim.direct_cosine(a, b)) - 0.5 * math.sqrt(0.5)) < 1e-15
+    assert abs(float(row_similarity.direct_cosine(a, b)) - 0.5 * math.sqrt(0.5)) < 1e-15
     # Pearson is centred per token: an offset and a positive scale per token leave it at 1
-    assert torch.allclose(sim.pearson(x, 3.0 * x + torch.arange(10.0, dtype=F64)[:, None]),
+    assert torch.allclose(row_similarity.pearson(x, 3.0 * x + torch.arange(10.0, dtype=F64)[:, None]),
                           torch.ones(3, dtype=F64), atol=1e-14)
-    assert torch.allclose(sim.pearson(x, -x), -torch.ones(3, dtype=F64), atol=1e-14)
+    assert torch.allclose(row_similarity.pearson(x, -x), -torch.ones(3, dtype=F64), atol=1e-14)
 
 
 def test_allclose_and_relative_frobenius():
     y = randn(2, 5, 3, seed=28)
-    assert bool(sim.allclose(y + 0.9e-3 * y.abs(), y, **TOL).all())
+    assert bool(matrix_similarity.allclose(y + 0.9e-3 * y.abs(), y, **TOL).all())
     bumped = y.clone()
     bumped[1, 2, 1] += 1e-5 + 2e-3 * abs(float(y[1, 2, 1]))
-    assert sim.allclose(bumped, y, **TOL).tolist() == [True, False]
+    assert matrix_similarity.allclose(bumped, y, **TOL).tolist() == [True, False]
     x = randn(2, 5, 3, seed=29)
     ref = (x - y).flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1)
-    assert torch.allclose(sim.relative_frobenius(x, y), ref, rtol=1e-14, atol=0)
+    assert torch.allclose(matrix_similarity.relative_frobenius(x, y), ref, rtol=1e-14, atol=0)
 
 
 def test_subspace_overlap_known_answers_and_invariance():
     theta = 0.3
     e1 = torch.tensor([[1.0], [0.0], [0.0]], dtype=F64)
     u = torch.tensor([[math.cos(theta)], [math.sin(theta)], [0.0]], dtype=F64)
-    assert abs(float(sim.subspace_overlap(e1, u)) - math.cos(theta) ** 2) < 1e-15
+    assert abs(float(matrix_similarity.subspace_overlap(e1, u)) - math.cos(theta) ** 2) < 1e-15
     x, y = randn(2, 20, 4, seed=30), randn(2, 20, 4, seed=31)
     m = randn(2, 4, 4, seed=32) + 3 * torch.eye(4, dtype=F64)  # invertible
-    assert torch.allclose(sim.subspace_overlap(x @ m, y), sim.subspace_overlap(x, y), atol=1e-12)
-    assert torch.allclose(sim.subspace_overlap(x, x @ m), torch.ones(2, dtype=F64), atol=1e-12)
+    assert torch.allclose(matrix_similarity.subspace_overlap(x @ m, y), matrix_similarity.subspace_overlap(x, y), atol=1e-12)
+    assert torch.allclose(matrix_similarity.subspace_overlap(x, x @ m), torch.ones(2, dtype=F64), atol=1e-12)
     # rank deficiency: x spans 2 directions with 3 columns; the mean runs over max(rank) = 2 or 3
     basis = randn(20, 3, seed=33)
     deficient = torch.stack([basis[:, 0], basis[:, 1], basis[:, 0] + basis[:, 1]], dim=1)
-    assert abs(float(sim.subspace_overlap(deficient, deficient[:, [1, 0, 2]])) - 1.0) < 1e-12
-    assert abs(float(sim.subspace_overlap(deficient, basis)) - 2.0 / 3.0) < 1e-12
+    assert abs(float(matrix_similarity.subspace_overlap(deficient, deficient[:, [1, 0, 2]])) - 1.0) < 1e-12
+    assert abs(float(matrix_similarity.subspace_overlap(deficient, basis)) - 2.0 / 3.0) < 1e-12
 
 
 def test_zero_rows_and_zero_matrices_give_numbers_not_nan():
     y = randn(2, 8, 4, seed=34)
     x = y.clone()
     x[:, 0] = 0.0  # a zero token row
-    assert torch.allclose(sim.direct_cosine(x, y), torch.full((2,), 7 / 8, dtype=F64), atol=1e-14)
-    assert torch.allclose(sim.pearson(x, y), torch.full((2,), 7 / 8, dtype=F64), atol=1e-14)
+    assert torch.allclose(row_similarity.direct_cosine(x, y), torch.full((2,), 7 / 8, dtype=F64), atol=1e-14)
+    assert torch.allclose(row_similarity.pearson(x, y), torch.full((2,), 7 / 8, dtype=F64), atol=1e-14)
     x[:, 1] = 2.5  # a zero-variance token row
-    assert torch.allclose(sim.pearson(x, y), torch.full((2,), 6 / 8, dtype=F64), atol=1e-14)
+    assert torch.allclose(row_similarity.pearson(x, y), torch.full((2,), 6 / 8, dtype=F64), atol=1e-14)
     zero = torch.zeros_like(y)
     for name in METRIC_NAMES:
         for a, b in ((zero, y), (y, zero), (zero, zero), (x, y)):
-            out = getattr(sim, name)(a, b, **(TOL if name == "allclose" else {}))
+            out = metric(name)(a, b, **(TOL if name == "allclose" else {}))
             assert not bool(torch.isnan(out.to(F64)).any()), name
     for name in ("linear_cka", "kernel_cka", "subspace_overlap", "direct_cosine", "pearson",
                  "optimal_cosine"):
-        assert float(getattr(sim, name)(zero, y).abs().max()) == 0.0, name
-    assert float(sim.relative_frobenius(zero, zero).max()) == 0.0
-    assert bool(torch.isinf(sim.relative_frobenius(zero, y)).all())  # documented: undefined ratio
+        assert float(metric(name)(zero, y).abs().max()) == 0.0, name
+    assert float(matrix_similarity.relative_frobenius(zero, zero).max()) == 0.0
+    assert bool(torch.isinf(matrix_similarity.relative_frobenius(zero, y)).all())  # documented: undefined ratio
 
 
 # ---------------------------------------------------------------- assignment
@@ -371,7 +379,7 @@ def test_shape_errors_name_the_argument():
     with pytest.raises(ValueError, match="convention"):
         value_vector_metrics_batched(k, v, convention="unit", **TOL)
     with pytest.raises(ValueError, match="same shape"):
-        sim.linear_cka(k, v[:5])
+        cka.linear_cka(k, v[:5])
 
 
 # ------------------------------------------------------------------------------ the fused suite
@@ -383,25 +391,25 @@ def test_metric_suite_equals_each_metric_function_per_target():
     y1 = torch.randn(3, 2, 40, 8, generator=gen(9), dtype=F64)
     y1[..., 5:] = y1[..., :3] @ torch.randn(3, 3, generator=gen(10), dtype=F64)  # rank 5 of 8
     ys = torch.stack([y0, y1])
-    metrics, cos = sim.metric_suite(x, ys, **TOL)
-    assert set(metrics) == set(sim.SUITE_NAMES)
+    metrics, cos = metric_suite.metric_suite(x, ys, **TOL)
+    assert set(metrics) == set(metric_suite.SUITE_NAMES)
     for t in range(2):
-        for name in sim.SUITE_NAMES:
-            expected = getattr(sim, name)(x, ys[t], **(TOL if name == "allclose" else {}))
+        for name in metric_suite.SUITE_NAMES:
+            expected = metric(name)(x, ys[t], **(TOL if name == "allclose" else {}))
             got = metrics[name][t]
             if name == "allclose":
                 assert torch.equal(got, expected)
             else:
                 torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-13)
-        torch.testing.assert_close(cos[t], sim.cosine_matrix(x, ys[t]), rtol=0, atol=1e-14)
-        torch.testing.assert_close(sim.matched_cosine(cos[t]), sim.optimal_cosine(x, ys[t]),
+        torch.testing.assert_close(cos[t], row_similarity.cosine_matrix(x, ys[t]), rtol=0, atol=1e-14)
+        torch.testing.assert_close(row_similarity.matched_cosine(cos[t]), row_similarity.optimal_cosine(x, ys[t]),
                                    rtol=0, atol=1e-14)
 
 
 def test_metric_suite_rejects_unstacked_targets():
     x = torch.randn(4, 40, 8, dtype=F64)
     with pytest.raises(ValueError, match=r"\[T, \.\.\., N, d\]"):
-        sim.metric_suite(x, x, **TOL)
+        metric_suite.metric_suite(x, x, **TOL)
 
 
 def test_tall_rank_deficient_basis_matches_the_svd_rule():
@@ -411,7 +419,7 @@ def test_tall_rank_deficient_basis_matches_the_svd_rule():
     full = torch.randn(2, 30, 6, generator=gen(12), dtype=F64)
     deficient = torch.cat([a, a @ torch.randn(3, 3, generator=gen(13), dtype=F64)], dim=-1)
     x = torch.stack([full[0], deficient[0]])
-    q, rank = sim._orthonormal_column_basis(sim._peak_one(x))
+    q, rank = matrix_similarity.orthonormal_column_basis(similarity_scaling.peak_one(x))
     assert rank.tolist() == [6, 3]
     # Q spans the same space as the SVD's leading left singular vectors
     u, s, _ = torch.linalg.svd(x, full_matrices=False)
@@ -420,7 +428,7 @@ def test_tall_rank_deficient_basis_matches_the_svd_rule():
         proj_u = u[i, :, :r] @ u[i, :, :r].T
         torch.testing.assert_close(proj_q, proj_u, rtol=0, atol=1e-10)
     # the overlap of the deficient matrix with the space of its first 3 columns is exactly 1
-    assert float(sim.subspace_overlap(deficient[0], a[0].expand(30, 3).repeat(1, 2))) == \
+    assert float(matrix_similarity.subspace_overlap(deficient[0], a[0].expand(30, 3).repeat(1, 2))) == \
         pytest.approx(1.0, abs=1e-12)
 
 
@@ -430,7 +438,7 @@ def test_deferred_matching_gives_the_same_metrics():
     now = value_vector_metrics_batched(k, v, null_seed=3, **TOL)
     later = value_vector_metrics_batched(k, v, null_seed=3, defer_matching=True, **TOL)
     assert "optimal_cosine" not in later and later["cosine_matrices"].shape == (2, 2, 3, 30, 30)
-    optimal = sim.matched_cosine(later.pop("cosine_matrices"))
+    optimal = row_similarity.matched_cosine(later.pop("cosine_matrices"))
     later["optimal_cosine"], later["optimal_cosine_null"] = optimal[0], optimal[1]
     assert set(now) == set(later)
     for name in now:

@@ -77,7 +77,7 @@ def test_false_in_the_ini_file_leaves_a_switch_off(tmp_path):
     ("java\tscript:x", False), ("data:text/html,x", False), ("file:///etc/passwd", False),
     ("//evil.example/m.md", False), ("https://", False), ("", False), ("vbscript:x", False)])
 def test_report_links_are_http_or_relative_only(url, ok):
-    from report.render import safe_link
+    from report.method_link import safe_link
 
     assert safe_link(url) is ok
 
@@ -85,10 +85,10 @@ def test_report_links_are_http_or_relative_only(url, ok):
 def test_an_unsafe_method_url_never_becomes_a_link(monkeypatch):
     import json
 
-    from report import render
+    from report import method_link, render
 
     results = json.loads((ROOT / "tests" / "data" / "results_example.json").read_text())
-    monkeypatch.setenv(render.METHOD_URL_ENV, "javascript:alert(document.cookie)")
+    monkeypatch.setenv(method_link.METHOD_URL_ENV, "javascript:alert(document.cookie)")
     with pytest.warns(UserWarning, match="neither an http"):
         page = render.render_report(results)
     assert "javascript:" not in page.lower() and 'href="docs/method.md#s' in page

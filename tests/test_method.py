@@ -375,7 +375,7 @@ def _reference_probe(path, tmp_path, monkeypatch):
 
 
 def _baseline_probe(path, tmp_path, monkeypatch):
-    from report import baseline
+    from report import baseline, baseline_gate
 
     def results(value):
         return {"models": {"m": {"checkpoint_hash": "c", "input_set": {"hash": "i"}}},
@@ -386,7 +386,7 @@ def _baseline_probe(path, tmp_path, monkeypatch):
     moved = results(1.0 + 5e-4)  # beyond 1e-6 + 1e-4·1, within a looser tolerance
 
     def regressions():
-        return baseline.compare(moved, old, verdicts.load_thresholds()["baseline"])
+        return baseline_gate.compare(moved, old, verdicts.load_thresholds()["baseline"])
 
     assert regressions().regressions
     monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 1e-2))
@@ -395,7 +395,7 @@ def _baseline_probe(path, tmp_path, monkeypatch):
 
 def _candidate_probe(path, tmp_path, monkeypatch):
     """A metric moved just beyond its candidate-mode tolerance regresses; a looser number lets it."""
-    from report import baseline
+    from report import baseline_gate
 
     metric = path[2] if path[1] == "metrics" else "V.optimal_cosine"  # the latter uses the defaults
     claim, name = metric.split(".", 1)
@@ -406,8 +406,8 @@ def _candidate_probe(path, tmp_path, monkeypatch):
         old = {"claim": claim, "verdict": "refuted", "metrics": {name: 0.5}}
         moved = 0.5 + (delta if direction == "increase" else -delta)
         new = {"claim": claim, "verdict": "refuted", "metrics": {name: moved}}
-        result = baseline.GateResult(mode="candidate", baseline="")
-        baseline._compare_pair(new, old, "k", "candidate", tolerances, result)
+        result = baseline_gate.GateResult(mode="candidate", baseline="")
+        baseline_gate._compare_pair(new, old, "k", "candidate", tolerances, result)
         return result.regressions
 
     rule = verdicts.load_thresholds()["baseline_candidate"]
@@ -599,13 +599,13 @@ def test_the_thresholds_file_holds_numbers_to_probe():
 def test_names_are_defined_once_and_agree_with_the_math():
     from checks.value_vectors import METRIC_NAMES
     from claims import names
-    from report import render
+    from report import results_file
 
     assert set(METRIC_NAMES) == set(names.V_MEASURED)  # the math's outputs, named by the claims
     assert set(names.V_MEASURED) < set(names.V_METRICS)
-    from report.sections import claim_v as v_section
+    from report.sections import claim_v_section as v_section
 
-    assert render.SCHEMA == names.RESULTS_SCHEMA and v_section.V_METRICS is names.V_METRICS
+    assert results_file.SCHEMA == names.RESULTS_SCHEMA and v_section.V_METRICS is names.V_METRICS
     assert claim_v.METRICS is names.V_MEASURED
     from checks.spectrum import STATISTICS
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from fixtures import numeric_env
-from report.render import provenance_context
+from report.sections.provenance_section import provenance_context
 from report.index import Index
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checks import gamma as gamma_constancy
-from checks import similarity, spectrum
+from checks import cka, matrix_similarity, row_similarity, spectrum
 from checks.errors import NonFiniteError
 from checks.gram import KeyGram
 from checks.projection import projection_terms_batched
@@ -68,11 +68,11 @@ def orthogonal(d: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 @given(matrices(count=2))
 def test_cka_is_in_unit_interval_and_symmetric(args):
     x, y, dtype = args
-    for fn in (similarity.linear_cka, similarity.kernel_cka):
+    for fn in (cka.linear_cka, cka.kernel_cka):
         value = fn(x, y)
         assert_finite(value)
         assert bool((value >= -tol(dtype)).all() and (value <= 1 + tol(dtype)).all()), value
-    torch.testing.assert_close(similarity.linear_cka(x, y), similarity.linear_cka(y, x),
+    torch.testing.assert_close(cka.linear_cka(x, y), cka.linear_cka(y, x),
                                rtol=0, atol=10 * tol(dtype))
 
 
@@ -86,7 +86,7 @@ def test_cka_of_a_rotated_rescaled_copy_is_one(args, factor, seed):
     y = factor * x @ orthogonal(x.shape[-1], torch.float64, seed)
     centred = x - x.mean(-2, keepdim=True)
     spread = torch.linalg.vector_norm(centred, dim=(-2, -1)) > 1e-9 * x.abs().amax(dim=(-2, -1))
-    for fn in (similarity.linear_cka, similarity.kernel_cka):
+    for fn in (cka.linear_cka, cka.kernel_cka):
         value = fn(x, y)
         expected = torch.where(spread, 1.0, 0.0).to(value.dtype)
         torch.testing.assert_close(value, expected, rtol=0, atol=1e-6)
@@ -96,9 +96,9 @@ def test_cka_of_a_rotated_rescaled_copy_is_one(args, factor, seed):
 @given(matrices(count=2))
 def test_cosines_are_bounded_and_the_optimal_matching_beats_the_identity(args):
     x, y, dtype = args
-    c = similarity.cosine_matrix(x, y)
-    direct, best = similarity.direct_cosine(x, y), similarity.optimal_cosine(x, y)
-    r = similarity.pearson(x, y)
+    c = row_similarity.cosine_matrix(x, y)
+    direct, best = row_similarity.direct_cosine(x, y), row_similarity.optimal_cosine(x, y)
+    r = row_similarity.pearson(x, y)
     assert_finite(c, direct, best, r)
     for value in (c, direct, best, r):
         assert bool((value.abs() <= 1).all()), value
@@ -113,7 +113,7 @@ def test_cosines_are_bounded_and_the_optimal_matching_beats_the_identity(args):
 @given(matrices(count=2), st.integers(0, 1000))
 def test_subspace_overlap_is_bounded_and_invariant_to_invertible_maps(args, seed):
     x, y, dtype = args
-    overlap = similarity.subspace_overlap(x, y)
+    overlap = matrix_similarity.subspace_overlap(x, y)
     assert_finite(overlap)
     assert bool((overlap >= -tol(dtype)).all() and (overlap <= 1 + 10 * tol(dtype)).all()), overlap
     # an invertible (well-conditioned) map of y's columns leaves its column space unchanged; the
@@ -123,9 +123,10 @@ def test_subspace_overlap_is_bounded_and_invariant_to_invertible_maps(args, seed
     x64, y64 = x.to(torch.float64), y.to(torch.float64)
     sv = torch.linalg.svdvals(y64)
     clear = ((sv > 1e-6 * sv[..., :1]) | (sv == 0)).all(-1)
-    torch.testing.assert_close(similarity.subspace_overlap(x64, y64 @ m)[clear],
-                               similarity.subspace_overlap(x64, y64)[clear], rtol=0, atol=1e-8)
-    self_overlap = similarity.subspace_overlap(x64, x64)
+    torch.testing.assert_close(matrix_similarity.subspace_overlap(x64, y64 @ m)[clear],
+                               matrix_similarity.subspace_overlap(x64, y64)[clear],
+                               rtol=0, atol=1e-8)
+    self_overlap = matrix_similarity.subspace_overlap(x64, x64)
     nonzero = x64.abs().amax(dim=(-2, -1)) > 0
     torch.testing.assert_close(self_overlap, torch.where(nonzero, 1.0, 0.0).to(torch.float64),
                                rtol=0, atol=1e-8)
@@ -135,12 +136,12 @@ def test_subspace_overlap_is_bounded_and_invariant_to_invertible_maps(args, seed
 @given(matrices(count=2))
 def test_relative_frobenius_is_nonnegative_and_zero_for_identical_inputs(args):
     x, y, dtype = args
-    value = similarity.relative_frobenius(x, y)
+    value = matrix_similarity.relative_frobenius(x, y)
     assert_finite(value)
     assert bool((value >= 0).all())
     nonzero = x.abs().amax(dim=(-2, -1)) > 0
     assert bool(torch.isfinite(value[nonzero]).all())  # +inf only for a zero reference V
-    assert bool((similarity.relative_frobenius(x, x) == 0).all())
+    assert bool((matrix_similarity.relative_frobenius(x, x) == 0).all())
 
 
 # ------------------------------------------------------------------------- Gram spectrum (§1)

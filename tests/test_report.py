@@ -21,10 +21,15 @@ import pytest
 from markupsafe import escape
 
 from claims.records import VERDICTS, Record
-from report import render, svg
 from report.common import LETTERS
-from report.sections.claim_j import reference_bands
-from report.render import load_results, render_report, write_report
+from report.sections.claim_j_section import reference_bands
+from report.render import render_report, write_report
+from report.results_file import load_results
+from report.sections.thresholds_section import threshold_rows
+from report.svg_colour import VIRIDIS, ColourScale, decade_scale, interpolate, text_colour
+from report.svg_heatmap import heatmap
+from report.svg_line_plot import Series, line_plot
+from report.svg_primitives import MISSING
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "tests" / "data" / "results_example.json"
@@ -115,7 +120,7 @@ def test_heatmaps_have_one_cell_per_head_and_colour_by_value(page, example):
     v = element(page, "svg", f"heatmap-V-{MINI}")
     fills = re.findall(r'<rect x="\d+" y="\d+" width="\d+" height="\d+" fill="(#[0-9a-f]{6})"', v)
     assert len(fills) == 6
-    scale = svg.ColourScale(0.0, 1.0)
+    scale = ColourScale(0.0, 1.0)
     heads = sorted((r["layer"], r["head"], r["metrics"]["optimal_cosine"])
                    for r in example["records"]
                    if r["claim"] == "V" and r["level"] == "head" and r["model"] == MINI)
@@ -204,7 +209,7 @@ def test_empty_and_model_only_results_render(example):
 
 
 def test_threshold_without_source_is_flagged():
-    rows = render.threshold_rows({"claim_x": {"supported": {"m": {"value": 1, "direction": ">="}}}})
+    rows = threshold_rows({"claim_x": {"supported": {"m": {"value": 1, "direction": ">="}}}})
     assert rows == [{"section": "claim_x", "rule": "supported · m", "condition": "m ≥ 1",
                      "whose": "unknown", "source": "no source recorded", "sourced": False}]
 
@@ -265,7 +270,7 @@ def test_non_finite_metric_is_never_coloured_as_data(example):
     head["metrics"]["optimal_cosine"] = float("nan")
     v = element(render_report(odd), "svg", f"heatmap-V-{MINI}")
     first = re.search(r"<rect x=[^>]*>", v.split("</g><g stroke=")[1]).group(0)
-    assert f'fill="{svg.MISSING}"' in first
+    assert f'fill="{MISSING}"' in first
     assert "optimal cosine NaN (non-finite)" in v
 
 
@@ -376,24 +381,24 @@ def test_command_line(tmp_path):
 
 # ------------------------------------------------------------------------------ svg helpers
 def test_colour_scale_known_values():
-    lin = svg.ColourScale(0.0, 1.0)
+    lin = ColourScale(0.0, 1.0)
     assert lin.position(0.25) == 0.25 and lin.position(-3) == 0.0 and lin.position(7) == 1.0
-    assert lin.colour(0.0) == svg.VIRIDIS[0] and lin.colour(1.0) == svg.VIRIDIS[-1]
-    assert lin.colour(None) == lin.colour(float("nan")) == svg.MISSING
-    log = svg.ColourScale(1e-6, 1.0, log=True)
-    assert log.position(1e-3) == pytest.approx(0.5) and log.colour(0.0) == svg.MISSING
-    assert svg.decade_scale([0.0, 2e-13, 0.8]).vmin == pytest.approx(1e-13)
-    assert svg.decade_scale([0.0, 2e-13, 0.8]).vmax == 1.0
-    assert svg.text_colour("#000000") == "#ffffff" and svg.text_colour("#fde725") == "#000000"
-    assert svg.interpolate(("#000000", "#ffffff"), 0.5) == "#808080"
+    assert lin.colour(0.0) == VIRIDIS[0] and lin.colour(1.0) == VIRIDIS[-1]
+    assert lin.colour(None) == lin.colour(float("nan")) == MISSING
+    log = ColourScale(1e-6, 1.0, log=True)
+    assert log.position(1e-3) == pytest.approx(0.5) and log.colour(0.0) == MISSING
+    assert decade_scale([0.0, 2e-13, 0.8]).vmin == pytest.approx(1e-13)
+    assert decade_scale([0.0, 2e-13, 0.8]).vmax == 1.0
+    assert text_colour("#000000") == "#ffffff" and text_colour("#fde725") == "#000000"
+    assert interpolate(("#000000", "#ffffff"), 0.5) == "#808080"
     with pytest.raises(ValueError, match="vmin < vmax"):
-        svg.ColourScale(1.0, 1.0)
+        ColourScale(1.0, 1.0)
     with pytest.raises(ValueError, match="3 rows x 2 columns"):
-        svg.heatmap([[1, 2]], [0, 1, 2], [0, 1], lin, "h")
+        heatmap([[1, 2]], [0, 1, 2], [0, 1], lin, "h")
 
 
 def test_line_plot_maps_log_values_to_decades():
-    out = svg.line_plot([svg.Series("a", (0, 1), (-3.0, 0.0), "#000000")], "p", "x", "y")
+    out = line_plot([Series("a", (0, 1), (-3.0, 0.0), "#000000")], "p", "x", "y")
     assert "10⁻³" in out and "10⁰" in out
     # y = -3 sits on the bottom edge of the plot frame, y = 0 on the top edge
     frame = re.search(r'<rect x="58" y="(\d+)" width="[\d.]+" height="([\d.]+)" fill="none"', out)

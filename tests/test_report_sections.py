@@ -15,7 +15,9 @@ import pytest
 from claims import registry
 from claims.records import Record
 from report import render
-from report.render import method_links, method_url_for, render_report
+from report.index import Index
+from report.method_link import DEFAULT_METHOD_URL, METHOD_URL_ENV, method_links, method_url_for
+from report.render import render_report
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "tests" / "data" / "results_example.json"
@@ -114,17 +116,17 @@ def test_method_references_link_to_their_anchor():
 
 
 def test_method_url_is_relative_to_the_report_or_configured(tmp_path, monkeypatch):
-    monkeypatch.delenv(render.METHOD_URL_ENV, raising=False)
+    monkeypatch.delenv(METHOD_URL_ENV, raising=False)
     assert method_url_for(ROOT / "runs" / "x" / "report.html") == "../../docs/method.md"
     assert method_url_for(ROOT / "report.html") == "docs/method.md"
-    assert method_url_for(tmp_path / "report.html") == render.DEFAULT_METHOD_URL  # outside
-    assert method_url_for() == render.DEFAULT_METHOD_URL
-    monkeypatch.setenv(render.METHOD_URL_ENV, "https://example.org/method.md")
+    assert method_url_for(tmp_path / "report.html") == DEFAULT_METHOD_URL  # outside
+    assert method_url_for() == DEFAULT_METHOD_URL
+    monkeypatch.setenv(METHOD_URL_ENV, "https://example.org/method.md")
     assert method_url_for(tmp_path / "r.html") == "https://example.org/method.md"
     out = ROOT / "runs" / "test-report-sections" / "report.html"
     made_runs = not out.parent.parent.exists()
     try:
-        monkeypatch.delenv(render.METHOD_URL_ENV)
+        monkeypatch.delenv(METHOD_URL_ENV)
         render.write_report(EXAMPLE, out)
         assert 'href="../../docs/method.md#s2' in out.read_text(encoding="utf-8")
     finally:
@@ -136,7 +138,7 @@ def test_method_url_is_relative_to_the_report_or_configured(tmp_path, monkeypatc
 
 def test_index_reads_typed_records():
     results = json.loads(EXAMPLE.read_text(encoding="utf-8"))
-    index = render.Index(results)
+    index = Index(results)
     assert all(isinstance(r, Record) for r in index.records)
     assert index.claims()[:3] == ["V", "J", "E"]
 

@@ -101,7 +101,7 @@ def test_one_run_equals_two_shards_merged(pytester, tmp_path):
     takes the accelerator code path on the CPU (KPCA_ACCELERATOR_PATH=1): records to 1e-10
     (at the default --max-memory both paths batch these 4 samples alike, so claim E's γ
     controls, drawn per batch, compare too; smaller device batches: the next tests)."""
-    from report import baseline
+    from report import baseline, baseline_gate
 
     runs = {}
     for name, extra, env in (("one", (), None), ("s1", ("--shard", "1/2"), None),
@@ -132,7 +132,7 @@ def test_one_run_equals_two_shards_merged(pytester, tmp_path):
     assert "Complete run" in html and "random-bert-minilm-shape" in html
     # the gate reads a merged result as it reads one run
     tolerances = json.loads(json.dumps(one["thresholds"]))["baseline"]
-    gate = baseline.compare(merged, baseline.make_baseline(one), tolerances)
+    gate = baseline_gate.compare(merged, baseline.make_baseline(one), tolerances)
     assert gate.regressions == [] and gate.compared == len(one["records"])
     # the accelerator code path on the CPU: same records to 1e-10, same verdicts
     accel = runs["accel"]

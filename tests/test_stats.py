@@ -11,7 +11,7 @@ import torch
 from checks import stats
 from checks.gram import KeyGram
 from checks.p2_code import p2_code_metrics, p2_code_values
-from checks.similarity import direct_cosine
+from checks.row_similarity import direct_cosine
 from checks.value_vectors import value_vector_metrics_batched
 from claims import claim_v, value_chance, verdicts
 
@@ -296,7 +296,7 @@ def test_p2_code_subset_is_every_sample_up_to_its_size_then_a_seeded_draw():
 
 def test_p2_code_metrics_on_rows_equal_the_whole_batch_there_and_are_nan_elsewhere():
     from checks.p2_code import p2_code_metrics_on
-    from checks.similarity import matched_cosine
+    from checks.row_similarity import matched_cosine
 
     gen = torch.Generator().manual_seed(5)
     k, v = (torch.randn(4, 2, 12, 4, generator=gen, dtype=torch.float64) for _ in range(2))

@@ -17,7 +17,7 @@ from fixtures.models import capture, loading as models  # noqa: F401  (likewise)
 from fixtures import plugin
 from fixtures.engine import progress, claim_session as session  # noqa: F401  (session: likewise)
 from fixtures.engine.progress import set_progress_writer
-from report.render import display_path, scrub_paths
+from report.path_scrub import display_path, scrub_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]

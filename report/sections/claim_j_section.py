@@ -12,12 +12,15 @@ from markupsafe import Markup
 from claims.names import J_METRICS
 from claims.records import Record
 
-from .. import svg
 from ..common import (LETTERS, count, fmt, log10, range_text, rules_text, slug, threshold_lines,
                       with_ci)
+from ..svg_colour import ColourScale, colour_bar
+from ..svg_heatmap import fit_cells, heatmap, values_grid
+from ..svg_line_plot import Band, Series, line_plot
+from ..svg_primitives import Tick, finite, power_label
 
 
-def reference_bands(rec: Record | None, thresholds: dict, section: str = "claim_j") -> list[svg.Band]:
+def reference_bands(rec: Record | None, thresholds: dict, section: str = "claim_j") -> list[Band]:
     """Reference ranges of log10(‖h‖²/‖φ‖²): entries whose key contains "log10_ratio" with a
     [lo, hi] pair, taken from the record's ``reference``, else from the run's thresholds section
     ``<section>_reference`` (P2-logs' published ranges, method §3); none when neither has one."""
@@ -27,9 +30,9 @@ def reference_bands(rec: Record | None, thresholds: dict, section: str = "claim_
         for key in sorted(ref if isinstance(ref, dict) else {}):
             val = ref[key]
             if ("log10_ratio" in key and isinstance(val, (list, tuple)) and len(val) == 2
-                    and all(svg.finite(v) for v in val)):
-                bands.append(svg.Band(float(min(val)), float(max(val)),
-                                      f"{key}: 10^{fmt(min(val))}–10^{fmt(max(val))}"))
+                    and all(finite(v) for v in val)):
+                bands.append(Band(float(min(val)), float(max(val)),
+                                  f"{key}: 10^{fmt(min(val))}–10^{fmt(max(val))}"))
         if bands:
             return bands
     return []
@@ -47,7 +50,7 @@ def _layer_values(layer_recs: list[Record], mrec: Record | None):
     return xs, [{k: (per.get(k) or [None] * n)[i] for k in J_METRICS} for i in range(n)], []
 
 
-def _heatmap(index, model: str, layer_recs: list[Record], bands: list[svg.Band], sid: str):
+def _heatmap(index, model: str, layer_recs: list[Record], bands: list[Band], sid: str):
     """The layer × head heatmap of the per-head log10 ratio, its legend and its values table."""
     _, heads_all = index.layers_heads(model)
     n_heads = max((len(r.lookup("per_head", "log10_ratio") or []) for r in layer_recs), default=0)
@@ -61,28 +64,28 @@ def _heatmap(index, model: str, layer_recs: list[Record], bands: list[svg.Band],
     for r in layer_recs:
         lst = list(r.lookup("per_head", "log10_ratio") or [])
         lst += [None] * (n_heads - len(lst))
-        values.append([v if svg.finite(v) else None for v in lst])
+        values.append([v if finite(v) else None for v in lst])
         tips.append([f"layer {r.layer} head {h}: log10 ratio {fmt(v)}; layer {r.verdict}"
                      for h, v in zip(heads, lst)])
     finite_vals = [v for row in values for v in row if v is not None]
     lo = math.floor(min(finite_vals + [b.lo for b in bands]))
     hi = math.ceil(max(finite_vals + [b.hi for b in bands]))
-    scale = svg.ColourScale(float(lo), float(max(hi, lo + 1)),
-                            label="ratio ‖h‖²/‖φ‖² per head (log scale)")
-    ticks = [svg.Tick(float(k), svg.power_label(k)) for k in range(lo, max(hi, lo + 1) + 1)]
-    ticks += [svg.Tick(b.lo, f"reference low 10^{fmt(b.lo)}", True) for b in bands[:1]]
-    ticks += [svg.Tick(b.hi, f"reference high 10^{fmt(b.hi)}", True) for b in bands[:1]]
-    heatmap = Markup(svg.heatmap(
+    scale = ColourScale(float(lo), float(max(hi, lo + 1)),
+                        label="ratio ‖h‖²/‖φ‖² per head (log scale)")
+    ticks = [Tick(float(k), power_label(k)) for k in range(lo, max(hi, lo + 1) + 1)]
+    ticks += [Tick(b.lo, f"reference low 10^{fmt(b.lo)}", True) for b in bands[:1]]
+    ticks += [Tick(b.hi, f"reference high 10^{fmt(b.hi)}", True) for b in bands[:1]]
+    heatmap_svg = Markup(heatmap(
         values, layers, heads, scale, f"heatmap-J-{sid}", tooltips=tips,
-        cell=svg.fit_cells(len(layers), len(heads)),
+        cell=fit_cells(len(layers), len(heads)),
         row_notes=[f"{LETTERS[r.verdict]}" for r in layer_recs]))
-    legend = Markup(svg.colour_bar(scale, f"legend-J-{sid}", ticks,
-                                   note="letter right of a row: the layer's verdict"))
-    values_table = Markup(svg.values_grid(
+    legend = Markup(colour_bar(scale, f"legend-J-{sid}", ticks,
+                               note="letter right of a row: the layer's verdict"))
+    values_table = Markup(values_grid(
         [[None if v is None else fmt(v) for v in row] for row in values], layers, heads,
         f"values-J-{sid}", f"Values of the claim-J heatmap of {model} as a table",
         note="log10 of the ratio ‖h‖²/‖φ‖² per head"))
-    return heatmap, legend, values_table
+    return heatmap_svg, legend, values_table
 
 
 def model_block(results: dict, index, model: str, spec) -> dict | None:
@@ -97,21 +100,21 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
     xs, met, verdict_marks = _layer_values(layer_recs, mrec)
     phi = tuple(log10(m.get("phi_sq_mean")) for m in met)
     hsq = tuple(log10(m.get("h_sq_mean")) for m in met)
-    ratio = tuple(m.get("log10_ratio") if svg.finite(m.get("log10_ratio")) else None for m in met)
-    magnitude = svg.line_plot(
-        [svg.Series("mean ‖φ(q)‖²", xs, phi, "#1f78b4", "circle"),
-         svg.Series("mean ‖h‖²", xs, hsq, "#e66101", "square")],
+    ratio = tuple(m.get("log10_ratio") if finite(m.get("log10_ratio")) else None for m in met)
+    magnitude = line_plot(
+        [Series("mean ‖φ(q)‖²", xs, phi, "#1f78b4", "circle"),
+         Series("mean ‖h‖²", xs, hsq, "#e66101", "square")],
         f"jmag-{sid}", "layer", "layer mean (log scale)",
         title="Magnitudes per layer", height=230)
     bands = reference_bands(None, thresholds, spec.section)
-    ratio_plot = svg.line_plot(
-        [svg.Series("‖h‖² / ‖φ‖² (layer mean)", xs, ratio, "#5e3c99", "diamond")],
+    ratio_plot = line_plot(
+        [Series("‖h‖² / ‖φ‖² (layer mean)", xs, ratio, "#5e3c99", "diamond")],
         f"jratio-{sid}", "layer", "ratio ‖h‖²/‖φ‖² (log scale)", bands=bands,
         hlines=threshold_lines(thresholds, spec.section, "log10_ratio"),
         top_marks=verdict_marks, title="Ratio per layer (letters: layer verdicts)", height=230)
-    heatmap = legend = values_table = None
+    heatmap_svg = legend = values_table = None
     if layer_recs:
-        heatmap, legend, values_table = _heatmap(index, model, layer_recs, bands, sid)
+        heatmap_svg, legend, values_table = _heatmap(index, model, layer_recs, bands, sid)
     table = []
     if mrec:
         for name in J_METRICS:
@@ -146,7 +149,7 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
     return {"model": model, "id": f"jmag-{sid}", "heatmap_id": f"heatmap-J-{sid}",
             "tail": tail,
             "magnitude": Markup(magnitude), "ratio": Markup(ratio_plot),
-            "heatmap": heatmap, "legend": legend, "values_table": values_table,
+            "heatmap": heatmap_svg, "legend": legend, "values_table": values_table,
             "counts": count(layer_recs),
             "n_layers": len(layer_recs), "model_record": mrec, "table": table,
             "bands": [b.label for b in bands]}
@@ -156,26 +159,26 @@ def series_block(results: dict, rec: Record, n: int, section: str = "claim_j") -
     """A training series (claim J, method §3): J_proj, ‖φ‖², ‖h‖² against step on a log y scale."""
     points = rec.series or []
     pts = sorted((p for p in points if isinstance(p, dict)),
-                 key=lambda p: (p.get("step") if svg.finite(p.get("step")) else math.inf))
+                 key=lambda p: (p.get("step") if finite(p.get("step")) else math.inf))
     steps = tuple(p.get("step") for p in pts)
     j = [p.get("j_proj") for p in pts]
     sid = f"{slug(rec.model)}-{n}"
-    neg = tuple(svg.finite(v) and v < 0 for v in j)
-    terms = svg.line_plot(
-        [svg.Series("|J_proj| (hollow: J_proj < 0)", steps,
-                    tuple(log10(abs(v)) if svg.finite(v) else None for v in j), "#000000",
-                    "circle", hollow=neg),
-         svg.Series("‖φ(q)‖²", steps, tuple(log10(p.get("phi_sq_mean")) for p in pts),
-                    "#1f78b4", "triangle", dashed=True),
-         svg.Series("‖h‖²", steps, tuple(log10(p.get("h_sq_mean")) for p in pts),
-                    "#e66101", "square", dashed=True)],
+    neg = tuple(finite(v) and v < 0 for v in j)
+    terms = line_plot(
+        [Series("|J_proj| (hollow: J_proj < 0)", steps,
+                tuple(log10(abs(v)) if finite(v) else None for v in j), "#000000",
+                "circle", hollow=neg),
+         Series("‖φ(q)‖²", steps, tuple(log10(p.get("phi_sq_mean")) for p in pts),
+                "#1f78b4", "triangle", dashed=True),
+         Series("‖h‖²", steps, tuple(log10(p.get("h_sq_mean")) for p in pts),
+                "#e66101", "square", dashed=True)],
         f"jseries-{sid}", "training step", "value (log scale)",
         x_integer=all(isinstance(s, int) for s in steps), title="J_proj and its two terms")
     bands = reference_bands(rec, results["thresholds"], section)
-    ratio = svg.line_plot(
-        [svg.Series("‖h‖²/‖φ‖²", steps,
-                    tuple(p.get("log10_ratio") if svg.finite(p.get("log10_ratio")) else None
-                          for p in pts), "#5e3c99", "diamond")],
+    ratio = line_plot(
+        [Series("‖h‖²/‖φ‖²", steps,
+                tuple(p.get("log10_ratio") if finite(p.get("log10_ratio")) else None
+                      for p in pts), "#5e3c99", "diamond")],
         f"jseries-ratio-{sid}", "training step", "ratio ‖h‖²/‖φ‖² (log scale)", bands=bands,
         hlines=threshold_lines(results["thresholds"], section, "log10_ratio"),
         x_integer=all(isinstance(s, int) for s in steps), title="Ratio against P2-logs' range")

@@ -1,7 +1,7 @@
 """Claims J and E timed stage by stage through ``ModelRun.layer_metrics("J"|"E", layer)``
 (stages J: ``phi``, ``h``, ``summaries``; E: ``gram``, ``eigen``, ``naive``, ``gamma``), after
 claim V on the same session, and their plain per-head loops
-(:func:`bench.reference.reference_j_head`, :func:`~bench.reference.reference_e_head`) fed the
+(:func:`bench.loop_reference.reference_j_head`, :func:`~bench.loop_reference.reference_e_head`) fed the
 q, k, v (and, for E, P2's perturbed basis, one draw per batch) the session used on the same
 subset of heads, with every compared quantity's agreement checked (:func:`_agreement_je`).
 """
@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .reference import StageClock
-from .timing import GRAM_STAGES, MIB, SMALL, Timers, time_layers, tracking_groups
+from .timing import GRAM_STAGES, MIB, SMALL, StageClock, Timers, time_layers, tracking_groups
 
 
 #: Stages of claims J and E: (module, function) → stage; every one is exclusive (Timers).
@@ -28,11 +27,11 @@ E_STAGES = {**GRAM_STAGES, ("checks.spectrum", "naive_gram_spectrum"): "naive",
 def _bench_claim(claim: str, run, info: dict, layers: list[int], subset: set, sampler,
                  args) -> dict:
     """Claim J or E over ``layers`` through ``run`` (fresh cache), stage by stage, then the plain
-    per-head loop (:func:`bench.reference.reference_j_head` / ``reference_e_head``) on ``subset``,
+    per-head loop (:func:`bench.loop_reference.reference_j_head` / ``reference_e_head``) on ``subset``,
     fed the inputs the session used, and the agreement of every compared quantity."""
     import importlib
 
-    from .reference import E_NAMES, J_NAMES, reference_e_head, reference_j_head
+    from .loop_reference import E_NAMES, J_NAMES, reference_e_head, reference_j_head
 
     timers = Timers()
     stages = J_STAGES if claim == "J" else E_STAGES

@@ -1,9 +1,9 @@
-"""The benchmark's inputs: all-MiniLM-L6-v2 on the 100 default texts, and a seeded random-init
-timm vit_base_patch16_224 on 100 images, the 21 package images of
-:func:`fixtures.inputs.default_images`, each also horizontally flipped and cropped (deterministic
-variants, written as PNG to a temporary folder and read back through
-:func:`fixtures.inputs.load_image_dir`), 105 candidates of which the seeded selection takes 100.
-``--quick`` takes 8 texts and 3 images.
+"""This module owns the benchmark's workloads, the models and input sets it times:
+all-MiniLM-L6-v2 on the 100 default texts, and a seeded random-init timm vit_base_patch16_224 on
+100 images, the 21 package images of :func:`fixtures.inputs.default_images`, each also
+horizontally flipped and cropped (deterministic variants, written as PNG to a temporary folder and
+read back through :func:`fixtures.inputs.load_image_dir`), 105 candidates of which the seeded
+selection takes 100. ``--quick`` takes 8 texts and 3 images.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A plain per-head reference for claim V (method §1–§2), independent of :mod:`checks`.
+"""This module owns the plain per-head references of claims V, J and E (method §1–§4), the loops the
+batched path replaces, independent of :mod:`checks`.
 
 Everything here works on one attention head at a time, in float64 NumPy/SciPy, with the textbook
 form of each formula rather than the batched one the suite uses:
@@ -10,201 +11,27 @@ form of each formula rather than the batched one the suite uses:
 - kernel CKA takes its squared distances from ``scipy.spatial.distance.pdist``;
 - the subspace overlap uses column-pivoted QR bases and the SVD of Q_xᵀQ_y.
 
-Its only purpose is to be an independent route to the numbers of
-:func:`checks.value_vectors.value_vector_metrics_batched` (the benchmark asserts agreement before
-it reports a speed ratio) and a baseline to time the batched path against. It imports nothing from
-``checks``.
-
-Scale handling (numerics, not part of the method): V̂ carries the factor 1/g_j, which can be very
-small, so every scale-invariant metric divides its operands by their largest magnitude first (per
-row for row metrics, per matrix for matrix metrics). A zero row or matrix yields 0, never NaN.
+Its only purpose is to be an independent route to the numbers of the suite's batched path
+(:func:`checks.value_vectors.value_vector_metrics_batched` and claims J's and E's per-layer
+computations: the benchmark asserts agreement before it reports a speed ratio) and a baseline to
+time that path against. It imports nothing from ``checks``. Method §1 on one head is
+:mod:`bench.loop_reference_kpca`, the metrics of method §2 :mod:`bench.loop_reference_metrics`.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections import defaultdict
-from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
-from scipy.linalg import qr as pivoted_qr
-from scipy.optimize import linear_sum_assignment
-from scipy.spatial.distance import pdist, squareform
 from scipy.special import logsumexp
 
-METRIC_NAMES = ("direct_cosine", "optimal_cosine", "linear_cka", "kernel_cka",
-                "relative_frobenius", "pearson", "allclose", "subspace_overlap")
-ALLCLOSE_ATOL, ALLCLOSE_RTOL = 1e-5, 1e-3  # method §2: |V − V̂| ≤ 1e-5 + 1e-3·|V̂|
-EPS = np.finfo(np.float64).eps
-TINY = np.finfo(np.float64).tiny
+from .loop_reference_kpca import (EPS, TINY, as_f64, centred_gram, centring_matrix, pad_columns,
+                                  rank_threshold, sign_fixed, standardize)
+from .loop_reference_metrics import METRICS, optimal_cosine
+from .timing import StageClock, no_clock
 
 
-class StageClock:
-    """Wall-clock and CPU seconds spent in named stages, accumulated over calls.
-
-    ``with clock.stage("eigen"): ...`` adds the block's time to ``wall["eigen"]`` and
-    ``cpu["eigen"]``. Stages must not nest.
-    """
-
-    def __init__(self) -> None:
-        self.wall: dict[str, float] = defaultdict(float)
-        self.cpu: dict[str, float] = defaultdict(float)
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        w0, c0 = time.perf_counter(), time.process_time()
-        try:
-            yield
-        finally:
-            self.wall[name] += time.perf_counter() - w0
-            self.cpu[name] += time.process_time() - c0
-
-
-@contextmanager
-def _no_clock(name: str) -> Iterator[None]:
-    yield
-
-
-# ------------------------------------------------------------------------------ method §1, one head
-def _as_f64(x, name: str, ndims: tuple[int, ...] = (2,)) -> np.ndarray:
-    arr = np.array(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
-    if arr.ndim not in ndims:
-        raise ValueError(f"{name} must be a 2-D array [N, d] for one head, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} holds NaN or Inf")
-    return arr
-
-
-def standardize(x: np.ndarray, eps: float = 1e-8) -> np.ndarray:
-    """Per-token (x − mean)/(std + eps) over the features, unbiased std (method §1)."""
-    return (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, ddof=1, keepdims=True) + eps)
-
-
-def centring_matrix(n: int) -> np.ndarray:
-    """H = I − 11ᵀ/N (method §1)."""
-    return np.eye(n) - np.full((n, n), 1.0 / n)
-
-
-def sign_fixed(vectors: np.ndarray) -> np.ndarray:
-    """Each column flipped so that its entry of largest magnitude is positive (method §1)."""
-    out = vectors.copy()
-    for col in range(out.shape[1]):
-        if out[np.argmax(np.abs(out[:, col])), col] < 0:
-            out[:, col] = -out[:, col]
-    return out
-
-
-def pad_columns(x: np.ndarray, d: int) -> np.ndarray:
-    """x [N, m] right-padded with zero columns to [N, d]."""
-    return np.hstack([x, np.zeros((x.shape[0], d - x.shape[1]))]) if x.shape[1] < d else x
-
-
-# ----------------------------------------------------------------------------- method §2 metrics
-def _by_peak(x: np.ndarray, axis=None) -> np.ndarray:
-    peak = np.abs(x).max(axis=axis, keepdims=axis is not None)
-    return x / np.maximum(peak, TINY)
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    """Rows of x scaled to unit length; a zero row stays zero."""
-    xs = _by_peak(x, axis=1)
-    norm = np.linalg.norm(xs, axis=1, keepdims=True)
-    return np.divide(xs, norm, out=np.zeros_like(xs), where=norm > 0)
-
-
-def direct_cosine(x: np.ndarray, y: np.ndarray) -> float:
-    """Mean over tokens of cos(v_j, v̂_j) (method §2); a zero row counts as 0."""
-    return float(np.mean(np.clip(np.sum(_unit(x) * _unit(y), axis=1), -1.0, 1.0)))
-
-
-def optimal_cosine(x: np.ndarray, y: np.ndarray) -> float:
-    """Mean matched cosine under the Hungarian matching maximising Σ cos(v_j, v̂_π(j)) (method §2)."""
-    c = np.clip(_unit(x) @ _unit(y).T, -1.0, 1.0)  # C[j, k] = cos(v_j, v̂_k)
-    rows, cols = linear_sum_assignment(c, maximize=True)
-    return float(c[rows, cols].mean())
-
-
-def _cka_of_grams(kx: np.ndarray, ky: np.ndarray) -> float:
-    """⟨HK_XH, HK_YH⟩_F / (‖HK_XH‖_F ‖HK_YH‖_F); 0 when either centred Gram is zero."""
-    h = centring_matrix(len(kx))
-    cx, cy = _by_peak(h @ kx @ h), _by_peak(h @ ky @ h)
-    nx, ny = np.linalg.norm(cx), np.linalg.norm(cy)
-    if nx == 0 or ny == 0:
-        return 0.0
-    return float(np.sum(cx * cy) / (nx * ny))
-
-
-def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
-    """Linear CKA, biased HSIC, in the N×N Gram form with K_X = XXᵀ (method §2)."""
-    xs, ys = _by_peak(x), _by_peak(y)
-    return _cka_of_grams(xs @ xs.T, ys @ ys.T)
-
-
-def _rbf(x: np.ndarray) -> np.ndarray:
-    """exp(−‖x_i − x_j‖²/(2σ²)), σ² the lower middle value of the pairwise squared distances."""
-    dist = pdist(_by_peak(x), "sqeuclidean")
-    sigma2 = max(float(np.sort(dist)[(len(dist) - 1) // 2]), TINY)  # method §2: lower median
-    return np.exp(-squareform(dist) / (2.0 * sigma2))
-
-
-def kernel_cka(x: np.ndarray, y: np.ndarray) -> float:
-    """CKA with RBF Gram matrices, σ² chosen separately for V and V̂ (method §2)."""
-    return _cka_of_grams(_rbf(x), _rbf(y))
-
-
-def relative_frobenius(x: np.ndarray, y: np.ndarray) -> float:
-    """‖V − V̂‖_F / ‖V‖_F (method §2); 0 for two zero matrices, inf for a zero V alone."""
-    peak = max(np.abs(x).max(), np.abs(y).max(), TINY)
-    num, den = np.linalg.norm((x - y) / peak), np.linalg.norm(x / peak)
-    if den == 0:
-        return 0.0 if num == 0 else math.inf
-    return float(num / den)
-
-
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Per token, the correlation of v_j and v̂_j over the d features; mean over tokens (method §2)."""
-    xs, ys = _by_peak(x, axis=1), _by_peak(y, axis=1)
-    xc, yc = xs - xs.mean(axis=1, keepdims=True), ys - ys.mean(axis=1, keepdims=True)
-    r = np.clip(np.sum(_unit(xc) * _unit(yc), axis=1), -1.0, 1.0)  # zero variance → 0
-    return float(np.mean(r))
-
-
-def allclose(x: np.ndarray, y: np.ndarray) -> float:
-    """1.0 when |V − V̂| ≤ 1e-5 + 1e-3·|V̂| everywhere, else 0.0 (method §2)."""
-    return float(np.all(np.abs(x - y) <= ALLCLOSE_ATOL + ALLCLOSE_RTOL * np.abs(y)))
-
-
-def _column_basis(x: np.ndarray) -> np.ndarray:
-    """Orthonormal basis of x's numerical column space by column-pivoted QR.
-
-    Rank = number of |R_ii| > max(N, d)·ε·|R_00| (the pivoted-QR stand-in for the SVD rule).
-    """
-    q, r, _ = pivoted_qr(_by_peak(x), mode="economic", pivoting=True)
-    diag = np.abs(np.diag(r))
-    if diag.size == 0 or diag[0] == 0:
-        return q[:, :0]
-    rank = int(np.sum(diag > max(x.shape) * EPS * diag[0]))
-    return q[:, :rank]
-
-
-def subspace_overlap(x: np.ndarray, y: np.ndarray) -> float:
-    """Mean cos² of the principal angles between the column spaces of V and V̂ (method §2, ours):
-    Σ σ_i(Q_xᵀQ_y)² / max(rank x, rank y)."""
-    qx, qy = _column_basis(x), _column_basis(y)
-    if qx.shape[1] == 0 or qy.shape[1] == 0:
-        return 0.0
-    cosines = np.linalg.svd(qx.T @ qy, compute_uv=False)
-    return float(np.sum(cosines ** 2) / max(qx.shape[1], qy.shape[1]))
-
-
-METRICS = {"direct_cosine": direct_cosine, "linear_cka": linear_cka, "kernel_cka": kernel_cka,
-           "relative_frobenius": relative_frobenius, "pearson": pearson, "allclose": allclose,
-           "subspace_overlap": subspace_overlap}
-
-
-# --------------------------------------------------------------------------------- one head, all
 def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys: bool = False,
                    convention: str = "p2", clock: StageClock | None = None) -> dict[str, float]:
     """Claim-V metrics of one head against V̂ and the null V̂₀, computed plainly (method §1–§2).
@@ -232,9 +59,9 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
         The 8 metrics of method §2, each with a ``_null`` twin; ``undetermined`` (1.0/0.0),
         ``mu_d`` (0 when N < d) and ``threshold`` (N·ε·‖K_φ‖₂).
     """
-    timed = clock.stage if clock is not None else _no_clock
-    k, v = _as_f64(k, "k"), _as_f64(v, "v")
-    a0 = _as_f64(null_axes, "null_axes", ndims=(1, 2))
+    timed = clock.stage if clock is not None else no_clock
+    k, v = as_f64(k, "k"), as_f64(v, "v")
+    a0 = as_f64(null_axes, "null_axes", ndims=(1, 2))
     n, d = k.shape
     m = min(n, d)
     shuffled = a0.ndim == 1
@@ -250,13 +77,9 @@ def reference_head(k, v, null_axes, scale: float | None = None, standardize_keys
     with timed("gram"):
         if standardize_keys:
             k = standardize(k)
-        scores = s * (k @ k.T)  # method §1: S = s·K Kᵀ
-        log_g = logsumexp(scores, axis=1)  # log g_j = logsumexp_m S_jm
-        k_phi = np.exp(scores - log_g[:, None] - log_g[None, :])  # K_φ in log space
+        k_phi, k_centred, log_g = centred_gram(k, s)  # K_φ and K̃ = H K_φ H, in log space
         h = centring_matrix(n)
-        k_centred = h @ k_phi @ h  # K̃ = H K_φ H
-        k_centred = 0.5 * (k_centred + k_centred.T)
-        threshold = n * EPS * float(np.linalg.eigvalsh(k_phi)[-1])  # N·ε·‖K_φ‖₂ (K_φ is PSD)
+        threshold = rank_threshold(k_phi)  # N·ε·‖K_φ‖₂ (K_φ is PSD)
     with timed("eigen"):
         mu, vecs = np.linalg.eigh(k_centred)
         mu, vecs = mu[::-1], vecs[:, ::-1]
@@ -309,8 +132,8 @@ def reference_j_head(q, k, v, scale: float | None = None,
     value exp(q·q − 2(1−s)·q·k₀)/g(q)²; h_i = softmax(S_i) V; J_proj = mean(‖φ‖² − ‖h‖²); the Bessel
     share is the fraction of tokens with ‖h_i‖² ≤ ‖φ(q_i)‖². Stages: ``phi``, ``h``, ``summaries``.
     """
-    timed = clock.stage if clock is not None else _no_clock
-    q, k, v = _as_f64(q, "q"), _as_f64(k, "k"), _as_f64(v, "v")
+    timed = clock.stage if clock is not None else no_clock
+    q, k, v = as_f64(q, "q"), as_f64(k, "k"), as_f64(v, "v")
     n, d = q.shape
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     with timed("phi"):
@@ -334,16 +157,6 @@ def reference_j_head(q, k, v, scale: float | None = None,
 E_NAMES = ("mu_log_raw", "mu_log_standardized", "mu_naive_float32", "naive_finite",
            "gamma_learned", "gamma_learned_abs", "gamma_eigen", "gamma_eigen_abs",
            "gamma_perturbed", "gamma_perturbed_abs", "undetermined")
-
-
-def _centred_gram_plain(k: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(K_φ, H K_φ H, log g) of keys k [N, d], in log space, with the explicit H."""
-    scores = s * (k @ k.T)
-    log_g = logsumexp(scores, axis=1)
-    k_phi = np.exp(scores - log_g[:, None] - log_g[None, :])
-    h = centring_matrix(len(k))
-    kc = h @ k_phi @ h
-    return k_phi, 0.5 * (kc + kc.T), log_g
 
 
 def _pair_spreads(gamma: np.ndarray, valid: np.ndarray) -> tuple[float, float]:
@@ -373,9 +186,9 @@ def reference_e_head(k, v, perturbed, scale: float | None = None,
     perturbed basis ``perturbed`` [N, m] (P2's QR(A + 0.1 Z); given, since its noise is one draw
     per batch). Stages: ``gram``, ``eigen``, ``naive``, ``gamma``.
     """
-    timed = clock.stage if clock is not None else _no_clock
-    k, v = _as_f64(k, "k"), _as_f64(v, "v")
-    a_pert = _as_f64(perturbed, "perturbed")
+    timed = clock.stage if clock is not None else no_clock
+    k, v = as_f64(k, "k"), as_f64(v, "v")
+    a_pert = as_f64(perturbed, "perturbed")
     n, d = k.shape
     m = a_pert.shape[1]
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
@@ -385,9 +198,9 @@ def reference_e_head(k, v, perturbed, scale: float | None = None,
         return np.pad(mu, (0, d - len(mu)))
 
     with timed("gram"):
-        k_phi, kc, log_g = _centred_gram_plain(k, s)
-        _, kc_std, _ = _centred_gram_plain(standardize(k), s)
-        threshold = n * EPS * float(np.linalg.eigvalsh(k_phi)[-1])
+        k_phi, kc, log_g = centred_gram(k, s)
+        _, kc_std, _ = centred_gram(standardize(k), s)
+        threshold = rank_threshold(k_phi)
     with timed("eigen"):
         mu, vecs = np.linalg.eigh(kc)
         mu_std = np.linalg.eigvalsh(kc_std)

@@ -1,5 +1,5 @@
 """Claim V timed stage by stage through the suite's own session, against the plain per-head loop
-of :mod:`bench.reference` on a fixed random subset of (sample, layer, head) triples fed the very
+of :mod:`bench.loop_reference` on a fixed random subset of (sample, layer, head) triples fed the very
 k, v and null (token permutation of ΠV̂) our path received, with every compared quantity's agreement checked. What
 is timed ("ours") is exactly what ``pytest claims/`` runs: a :class:`fixtures.engine.model_run.ModelRun`
 (fresh temporary cache) loads the model, captures Q/K/V through
@@ -9,7 +9,7 @@ chunks ``ModelRun._chunks`` picks for ``--max-memory``; finally the records are 
 exclusive, :class:`bench.timing.Timers`): ``gram`` (checks.gram.score_matrix, log_normaliser,
 center_gram, undetermined_threshold), ``eigen`` (the top-d eigensolver KeyGram calls, full eigh
 below the measured crossover), ``assignment`` (checks.assignment's solver through
-checks.similarity.optimal_matching; in the session's second thread, so its wall time overlaps),
+checks.row_similarity.optimal_matching; in the session's second thread, so its wall time overlaps),
 ``p2-code`` (the p2-code variant on its seeded subset of samples, method §8.3, matching apart),
 ``metrics`` (the rest of value_vector_metrics_batched), ``session`` (the rest of
 ModelRun.layer_metrics("V", …) on the main thread: layer file reads, null draws and QR, cache writes,
@@ -29,11 +29,12 @@ from typing import Any, Callable
 
 import torch
 
-from .claims_je import _bench_claim
-from .models import BenchModel
-from .reference import METRIC_NAMES, StageClock, reference_head
-from .timing import (GRAM_STAGES, MIB, ROOT, SMALL, RssSampler, Timers, patched, time_layers,
-                     tracking_groups)
+from .claims_je_timing import _bench_claim
+from .loop_reference import reference_head
+from .loop_reference_metrics import METRIC_NAMES
+from .timing import (GRAM_STAGES, MIB, ROOT, SMALL, RssSampler, StageClock, Timers, patched,
+                     time_layers, tracking_groups)
+from .workloads import BenchModel
 
 COMPARED = tuple(METRIC_NAMES) + tuple(f"{n}_null" for n in METRIC_NAMES) + ("mu_d",)
 
@@ -94,7 +95,7 @@ def _null_of(kw: dict, i: int, j: int) -> torch.Tensor:
 
 def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> dict:
     import checks.p2_code
-    import checks.similarity
+    import checks.row_similarity
     import checks.value_vectors
     from fixtures.models import capture_batches as capture_mod
     from fixtures.models import loading as models_mod
@@ -160,7 +161,7 @@ def bench_model(cfg: BenchModel, args, sampler: RssSampler, workdir: Path) -> di
     targets = [(importlib.import_module(mod), name, timed(stage))
                for (mod, name), stage in GRAM_STAGES.items()]
     targets += [(checks.p2_code, "p2_code_metrics_on", timed("p2code")),
-                (checks.similarity, "optimal_matching", timed("assignment")),
+                (checks.row_similarity, "optimal_matching", timed("assignment")),
                 (checks.value_vectors, "value_vector_metrics_batched", recording),
                 (run, "_groups", tracking_groups(state))]
     per_layer, memory["claim_v"] = time_layers(run, "V", layers, targets, timers, sampler,

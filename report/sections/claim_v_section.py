@@ -9,9 +9,11 @@ from markupsafe import Markup
 from claims.names import V_METRICS, V_P2_CODE_METRICS
 from claims.records import Record
 
-from .. import svg
 from ..common import (LETTERS, count, fmt, head_matrix, mean, range_text, rule_marks, rules_text,
                       slug, tooltips, with_ci)
+from ..svg_colour import ColourScale, colour_bar, scale_ticks
+from ..svg_heatmap import fit_cells, heatmap, values_grid
+from ..svg_primitives import Tick
 
 
 def chance_text(rec: Record | None, name: str) -> str:
@@ -59,12 +61,12 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
         f"{fmt(r.n_used)}/{fmt(r.n_samples)} used"))
     nulls = [r.lookup("null", "optimal_cosine") for r in heads_recs]
     null_mean = mean(nulls)
-    scale = svg.ColourScale(0.0, 1.0, label="optimal cosine (mean over determined samples)")
-    ticks = svg.scale_ticks(scale)
+    scale = ColourScale(0.0, 1.0, label="optimal cosine (mean over determined samples)")
+    ticks = scale_ticks(scale)
     if null_mean is not None:
-        ticks.append(svg.Tick(null_mean, f"null (chance) ≈ {fmt(null_mean)}", True))
+        ticks.append(Tick(null_mean, f"null (chance) ≈ {fmt(null_mean)}", True))
     ticks += rule_marks(thresholds, spec.section, "optimal_cosine")
-    cell = svg.fit_cells(len(layers), len(heads))
+    cell = fit_cells(len(layers), len(heads))
     table = []
     if mrec:
         for name in V_METRICS:
@@ -77,17 +79,17 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
                               "rules": rules_text(thresholds, spec.section, name)})
     return {
         "model": model, "id": f"heatmap-V-{sid}",
-        "heatmap": Markup(svg.heatmap(values, layers, heads, scale, f"heatmap-V-{sid}",
-                                      marks=marks, tooltips=tips, cell=cell)),
-        "legend": Markup(svg.colour_bar(scale, f"legend-V-{sid}", ticks,
-                                        note="white cell: no record for that head")),
+        "heatmap": Markup(heatmap(values, layers, heads, scale, f"heatmap-V-{sid}",
+                                  marks=marks, tooltips=tips, cell=cell)),
+        "legend": Markup(colour_bar(scale, f"legend-V-{sid}", ticks,
+                                    note="white cell: no record for that head")),
         "null_mean": fmt(null_mean), "null_range": range_text(nulls),
         "counts": count(heads_recs), "n_heads": len(heads_recs),
         "model_record": mrec, "table": table, "p2_code": p2_code_rows(mrec),
         "verdicts": (mrec.verdicts if mrec is not None and mrec.verdicts else {}),
         "head_verdicts_by_rules": (mrec.head_verdicts_by_rules if mrec is not None
                                    and mrec.head_verdicts_by_rules else {}),
-        "values_table": Markup(svg.values_grid(
+        "values_table": Markup(values_grid(
             head_matrix(heads_recs, layers, heads, lambda r: (
                 f"{fmt(r.metric('optimal_cosine'))} {LETTERS[r.verdict]} "
                 f"(null {fmt(r.lookup('null', 'optimal_cosine'))})")),

@@ -5,7 +5,7 @@ report/templates/opt_in.html.j2; a results file without the field gets no sectio
 
 from __future__ import annotations
 
-from .common import VERDICTS, fmt
+from ..common import VERDICTS, fmt
 
 #: What each curve entry judges, in words a reader needs no method document for.
 ENTRY_TITLES = {

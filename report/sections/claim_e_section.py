@@ -8,9 +8,11 @@ from markupsafe import Markup
 
 from claims.names import E_ROUTES, E_STATISTICS
 
-from .. import svg
 from ..common import (LETTERS, count, fmt, head_matrix, median, rules_text, slug, tooltips,
                       with_ci)
+from ..svg_colour import colour_bar, decade_scale, scale_ticks
+from ..svg_heatmap import fit_cells, heatmap, values_grid
+from ..svg_primitives import Tick
 
 #: The γ spreads of a head record: the learned V and its two controls, with their panel labels.
 CONTROLS = (("learned", "learned V"), ("eigen", "eigenvectors (control)"),
@@ -27,8 +29,8 @@ def mean_std(stat) -> tuple[str, str]:
 def _panels(index, model: str, head_recs: list, sid: str):
     layers, heads = index.layers_heads(model)
     everything = [r.metric(k) for r in head_recs for k, _ in CONTROLS]
-    scale = svg.decade_scale(everything, label="relative γ spread (log scale)")
-    cell = svg.fit_cells(len(layers), len(heads), panels=3)
+    scale = decade_scale(everything, label="relative γ spread (log scale)")
+    cell = fit_cells(len(layers), len(heads), panels=3)
     panels = []
     for key, label in CONTROLS:
         values = head_matrix(head_recs, layers, heads, lambda r, k=key: r.metric(k))
@@ -42,19 +44,19 @@ def _panels(index, model: str, head_recs: list, sid: str):
                 *(fmt(r.metric(k)) for k, _ in CONTROLS), fmt(r.lookup("abs", "learned")),
                 with_ci(r.metric("gamma_position"), r, "gamma_position"),
                 fmt(r.closer_to_eigen_share)))
-        panels.append({"label": label, "svg": Markup(svg.heatmap(
+        panels.append({"label": label, "svg": Markup(heatmap(
             values, layers, heads, scale,
             f"heatmap-E-{sid}" if key == "learned" else f"heatmap-E-{key}-{sid}",
             marks=marks, tooltips=tips, cell=cell, title=label))})
-    ticks = svg.scale_ticks(scale)
+    ticks = scale_ticks(scale)
     for key, label in CONTROLS:
         med = median([r.metric(key) for r in head_recs])
         if med is not None and med > 0:
-            ticks.append(svg.Tick(med, f"median {key} {fmt(med)}", True))
-    legend = Markup(svg.colour_bar(
+            ticks.append(Tick(med, f"median {key} {fmt(med)}", True))
+    legend = Markup(colour_bar(
         scale, f"legend-E-{sid}", ticks,
         note=f"values at or below {fmt(scale.vmin)} drawn at the low end; white: no record"))
-    values_table = Markup(svg.values_grid(
+    values_table = Markup(values_grid(
         head_matrix(head_recs, layers, heads, lambda r: " / ".join(
             fmt(r.metric(k)) for k, _ in CONTROLS) + f" {LETTERS[r.verdict]}"),
         layers, heads, f"values-E-{sid}", f"Values of the claim-E heatmaps of {model} as a table",
