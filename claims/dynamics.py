@@ -135,18 +135,24 @@ def v_change(first: dict[str, torch.Tensor], last: dict[str, torch.Tensor], idx:
 
 
 def training_verdict(changes: dict[str, dict]) -> dict:
-    """``[claim_v_training]`` on the paired changes of the metrics it names (``metrics``):
-    supported when every change's interval lies above 0, refuted when every one lies below 0,
-    inconclusive otherwise. Returns ``{"verdict", "metrics", "evidence"}``."""
-    names = verdicts.load_thresholds()[SECTION]["metrics"]
+    """``[claim_v_training]`` on the paired changes of the metrics it names (``metrics``: the
+    subspace overlap's excess over the token-shuffled null, the measure of claim V's ``ours``
+    rule, method §2.4): supported when every judged change's interval lies above 0, refuted when
+    every one lies below 0, inconclusive otherwise. The changes of the metrics it lists as
+    ``evidence`` (P2's three) are carried beside the verdict, never judged. Returns
+    ``{"verdict", "metrics", "judged", "evidence", "shown"}``."""
+    section = verdicts.load_thresholds()[SECTION]
+    names, shown = list(section["metrics"]), list(section.get("evidence", ()))
     missing = [n for n in names if n not in changes]
     if missing:
         raise KeyError(f"[{SECTION}] judges {missing}, which the changes lack")
     metrics = {"min_delta_ci_low": min(float(changes[n]["ci"][0]) for n in names),
                "max_delta_ci_high": max(float(changes[n]["ci"][1]) for n in names)}
     v = verdicts.judge(SECTION, metrics)
-    return {"verdict": v.verdict, "metrics": metrics, "judged": list(names),
-            "evidence": verdicts.format_evidence(v)}
+    return {"verdict": v.verdict, "metrics": metrics, "judged": names,
+            "evidence": verdicts.format_evidence(v),
+            "shown": {n: {k: changes[n].get(k) for k in ("delta", "ci")}
+                      for n in shown if n in changes}}
 
 
 def rho_interval(draws_by_step: torch.Tensor, steps: list[int]) -> dict:

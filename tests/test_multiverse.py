@@ -141,15 +141,31 @@ def _change(lo: float, hi: float) -> dict:
     return {"ci": [lo, hi], "delta": (lo + hi) / 2}
 
 
-@pytest.mark.parametrize("cis, expected", [
-    ([(0.1, 0.2), (0.01, 0.3), (0.2, 0.4)], S),   # every judged metric rises
-    ([(-0.2, -0.1), (-0.3, -0.01), (-0.4, -0.2)], R),  # every one falls
-    ([(-0.2, 0.1), (0.1, 0.3), (0.2, 0.4)], I),   # one interval straddles 0
+def test_training_verdict_judges_the_overlap_excess_over_its_null():
+    """[claim_v_training] judges the measure of claim V's ours rule (method §2.4, §14.4)."""
+    section = verdicts.load_thresholds()["claim_v_training"]
+    assert section["metrics"] == ["subspace_overlap_vs_null"]
+    assert set(section["evidence"]) == {"optimal_cosine", "linear_cka", "kernel_cka"}
+
+
+@pytest.mark.parametrize("excess, p2, expected", [
+    ((0.01, 0.3), (-0.4, -0.2), S),    # the excess rises; P2's metrics fall: shown, not judged
+    ((-0.3, -0.01), (0.2, 0.4), R),    # the excess falls whatever P2's metrics do
+    ((-0.2, 0.1), (0.2, 0.4), I),      # its interval straddles 0
+    ((0.0, 0.1), (0.2, 0.4), I),       # a lower end at 0 is not above 0
 ])
-def test_training_verdict_needs_every_interval_on_one_side(cis, expected):
-    names = verdicts.load_thresholds()["claim_v_training"]["metrics"]
-    out = dynamics.training_verdict({n: _change(*ci) for n, ci in zip(names, cis)})
+def test_training_verdict_on_the_excess_alone(excess, p2, expected):
+    changes = {"subspace_overlap_vs_null": _change(*excess),
+               **{m: _change(*p2) for m in ("optimal_cosine", "linear_cka", "kernel_cka")}}
+    out = dynamics.training_verdict(changes)
     assert out["verdict"] == expected
+    assert out["judged"] == ["subspace_overlap_vs_null"]
+    assert out["shown"]["linear_cka"] == {"delta": _change(*p2)["delta"], "ci": list(p2)}
+
+
+def test_training_verdict_names_a_missing_change():
+    with pytest.raises(KeyError, match="subspace_overlap_vs_null"):
+        dynamics.training_verdict({"optimal_cosine": _change(0.1, 0.2)})
 
 
 def test_paired_change_known_answers():
@@ -278,7 +294,10 @@ def test_training_dynamics_and_one_seed_end_to_end(pytester, tmp_path):
     for name in ("optimal_cosine", "linear_cka", "kernel_cka"):
         change = series["change"]["V"][name]
         assert change["ci"][0] <= change["delta"] <= change["ci"][1]
-    assert series["training_moves_v_towards_v_hat"]["verdict"] in (S, R, I)
+    # judged on the overlap's excess over its token-shuffled null (claim V's ours measure)
+    excess = series["change"]["V"]["subspace_overlap_vs_null"]["ci"]
+    assert series["training_moves_v_towards_v_hat"]["verdict"] == (
+        S if excess[0] > 0 else R if excess[1] < 0 else I)
     seeds = results["seed_spread"]["models"]["tiny-vit-digits-softmax"]
     assert seeds["n_seeds"] == 1 and seeds["seeds"][0]["seed"] == 0
     assert (out / "report.html").read_text().count('id="training-dynamics"') == 1
