@@ -139,7 +139,8 @@ def _change(c: dict) -> str:
 
 
 #: How the report names the changes that ``[claim_v_training]`` judges (claims/dynamics.py).
-JUDGED_NAMES = {"subspace_overlap_vs_null": "claim V's subspace overlap minus its token-shuffled null",
+JUDGED_NAMES = {"subspace_overlap_excess": "claim V's subspace-overlap excess over its token-shuffled "
+                                          "null, (overlap − null)/(1 − null)",
                 **{m: f"claim V's {m.replace('_', ' ')}" for m in
                    ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")},
                 **{f"{m}_vs_null": f"claim V's {m.replace('_', ' ')} minus its null" for m in
@@ -166,6 +167,11 @@ def dynamics_context(results: dict) -> list[dict]:
                     "last": ch["V"][m]["last"], "change": _change(ch["V"][m]),
                     "vs_null": _change(ch["V"][f"{m}_vs_null"])}
                    for m in ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")]
+        if "subspace_overlap_excess" in ch["V"]:  # the change [claim_v_training] judges
+            ex = ch["V"]["subspace_overlap_excess"]
+            changes.append({"what": "claim V subspace-overlap excess (overlap − null)/(1 − null), "
+                                    "judged", "first": ex["first"], "last": ex["last"],
+                            "change": _change(ex), "vs_null": "—"})
         changes.append({"what": "claim E γ position (0 = eigenvectors, 1 = perturbed control)",
                         "first": ch["E"]["gamma_position"]["first"],
                         "last": ch["E"]["gamma_position"]["last"],
