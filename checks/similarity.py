@@ -422,3 +422,21 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
             _orthonormal_column_basis(yss)),
     }
     return out, _cosine_pair(ux, uy)
+
+
+def suite_cosines(x: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """The cosine matrices [T, ..., N, N] of :func:`metric_suite` (x against each target of
+    ``ys`` [T, ..., N, d]) without its metrics: the same operations on the same operands, so the
+    same bits, for a caller that needs only the optimal cosine (:func:`matched_cosine`) of a
+    suite it has already computed.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(8, 3, generator=g, dtype=torch.float64)
+    >>> ys = torch.stack([x, torch.randn(8, 3, generator=g, dtype=torch.float64)])
+    >>> bool(torch.equal(suite_cosines(x, ys), metric_suite(x, ys, atol=1e-5, rtol=1e-3)[1]))
+    True
+    """
+    if not isinstance(ys, torch.Tensor) or ys.ndim != x.ndim + 1:
+        raise ValueError("ys must stack the targets along a new leading axis: [T, ..., N, d]")
+    _check_pair(x.expand_as(ys), ys)
+    return _cosine_pair(_unit_rows(_peak_one(x)).unsqueeze(0), _unit_rows(_peak_one(ys)))
