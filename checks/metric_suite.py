@@ -68,3 +68,21 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
             orthonormal_column_basis(yss)),
     }
     return out, cosine_pair(ux, uy)
+
+
+def suite_cosines(x: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """The cosine matrices [T, ..., N, N] of :func:`metric_suite` (x against each target of
+    ``ys`` [T, ..., N, d]) without its metrics: the same operations on the same operands, so the
+    same bits, for a caller that needs only the optimal cosine
+    (:func:`checks.row_similarity.matched_cosine`) of a suite it has already computed.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(8, 3, generator=g, dtype=torch.float64)
+    >>> ys = torch.stack([x, torch.randn(8, 3, generator=g, dtype=torch.float64)])
+    >>> bool(torch.equal(suite_cosines(x, ys), metric_suite(x, ys, atol=1e-5, rtol=1e-3)[1]))
+    True
+    """
+    if not isinstance(ys, torch.Tensor) or ys.ndim != x.ndim + 1:
+        raise ValueError("ys must stack the targets along a new leading axis: [T, ..., N, d]")
+    check_pair(x.expand_as(ys), ys)
+    return cosine_pair(unit_rows(peak_one(x)).unsqueeze(0), unit_rows(peak_one(ys)))

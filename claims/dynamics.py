@@ -16,7 +16,8 @@ import math
 import torch
 
 from checks.projection_summary import spearman_rho
-from checks.stats import bootstrap_indices, percentile_interval, seed_from, sign_flip_pvalues
+from checks.stats import (bootstrap_indices, excess_over_null, percentile_interval, seed_from,
+                          sign_flip_pvalues)
 
 from . import verdicts
 
@@ -50,12 +51,50 @@ def v_per_sample(per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int]
     keep = ~undet
     keep = torch.where(keep.any(1, keepdim=True), keep, torch.ones_like(keep))
     k = keep.to(torch.float64)
-    out = {}
+    out = overlap_sums(per_layer, heads)
     for name in V_METRICS:
         for n in (name, f"{name}_null"):
             x = torch.cat([per_layer[l][n][:, heads].to(torch.float64) for l in layers], dim=1)
             out[n] = (x * k).sum(1) / k.sum(1)
     return out
+
+
+def overlap_sums(per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int]) -> dict[str, torch.Tensor]:
+    """Per sample [S], the sums over its determined (layer, head) units of the subspace overlap
+    and of its token-shuffled null, and their count: what claim V's model record pools into
+    the overlap excess (claims/claim_v.py, method §2.4)."""
+    layers = sorted(per_layer)
+    keep = ~torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
+    k = keep.to(torch.float64)
+
+    def total(name: str) -> torch.Tensor:
+        x = torch.cat([per_layer[l][name][:, heads].to(torch.float64) for l in layers], dim=1)
+        return (torch.where(keep, x, torch.zeros_like(x))).sum(1)
+    return {"overlap_sum": total("subspace_overlap"), "overlap_null_sum": total("subspace_overlap_null"),
+            "overlap_count": k.sum(1)}
+
+
+def excess_draws(values: dict[str, torch.Tensor], idx: torch.Tensor) -> torch.Tensor:
+    """Claim V's overlap excess (x − x₀)/(1 − x₀) of the pooled means over each resample's
+    samples (rows of ``idx``; one row of all samples gives the point value), as claim V's model
+    record and its interval pool them (method §2.4): [R]; NaN where a resample keeps no unit."""
+    count = values["overlap_count"][idx].sum(1)
+    ov = values["overlap_sum"][idx].sum(1) / count.clamp_min(1)
+    ov0 = values["overlap_null_sum"][idx].sum(1) / count.clamp_min(1)
+    return torch.where(count > 0, excess_over_null(ov, ov0), torch.full_like(ov, math.nan))
+
+
+def excess_change(first: dict[str, torch.Tensor], last: dict[str, torch.Tensor],
+                  idx: torch.Tensor) -> dict:
+    """The change of claim V's overlap excess (the measure of its ``ours`` rule) from ``first``
+    to ``last`` (:func:`v_per_sample` of two checkpoints of one batch), with the 95% interval of
+    the paired change: the same resamples ``idx`` at both checkpoints, excess(last) −
+    excess(first) per resample."""
+    every = torch.arange(first["overlap_count"].shape[0]).unsqueeze(0)
+    a, b = float(excess_draws(first, every)[0]), float(excess_draws(last, every)[0])
+    return {"first": a, "last": b, "delta": b - a,
+            "ci": _interval(excess_draws(last, idx) - excess_draws(first, idx)),
+            "n": int(first["overlap_count"].shape[0])}
 
 
 def gamma_per_sample(per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int]) -> dict[str, torch.Tensor]:
@@ -118,30 +157,39 @@ def paired_change(first: torch.Tensor, last: torch.Tensor, idx: torch.Tensor, se
 
 def v_change(first: dict[str, torch.Tensor], last: dict[str, torch.Tensor], idx: torch.Tensor,
              series: str) -> dict:
-    """Per metric of :data:`V_METRICS`: the paired change of the metric, and of its excess over
-    its own null (``<metric>_vs_null``: the null moves too, since G changes with training)."""
+    """Per metric of :data:`V_METRICS`: the paired change of the metric, and of its difference
+    from its own null (``<metric>_vs_null``: the null moves too, since G changes with training);
+    and the change of claim V's overlap excess (``subspace_overlap_excess``,
+    :func:`excess_change`), which ``[claim_v_training]`` judges."""
     out = {}
     for name in V_METRICS:
         seed = seed_from(f"dynamics-{series}-{name}")
         out[name] = paired_change(first[name], last[name], idx, seed)
         out[f"{name}_vs_null"] = paired_change(first[name] - first[f"{name}_null"],
                                                last[name] - last[f"{name}_null"], idx, seed)
+    out["subspace_overlap_excess"] = excess_change(first, last, idx)
     return out
 
 
 def training_verdict(changes: dict[str, dict]) -> dict:
-    """``[claim_v_training]`` on the paired changes of the metrics it names (``metrics``):
-    supported when every change's interval lies above 0, refuted when every one lies below 0,
-    inconclusive otherwise. Returns ``{"verdict", "metrics", "evidence"}``."""
-    names = verdicts.load_thresholds()[SECTION]["metrics"]
+    """``[claim_v_training]`` on the paired changes of the metrics it names (``metrics``: the
+    subspace overlap's excess (x − x₀)/(1 − x₀) over the token-shuffled null x₀, the measure of
+    claim V's ``ours`` rule, method §2.4): supported when every judged change's interval lies above 0, refuted when
+    every one lies below 0, inconclusive otherwise. The changes of the metrics it lists as
+    ``evidence`` (P2's three) are carried beside the verdict, never judged. Returns
+    ``{"verdict", "metrics", "judged", "evidence", "shown"}``."""
+    section = verdicts.load_thresholds()[SECTION]
+    names, shown = list(section["metrics"]), list(section.get("evidence", ()))
     missing = [n for n in names if n not in changes]
     if missing:
         raise KeyError(f"[{SECTION}] judges {missing}, which the changes lack")
     metrics = {"min_delta_ci_low": min(float(changes[n]["ci"][0]) for n in names),
                "max_delta_ci_high": max(float(changes[n]["ci"][1]) for n in names)}
     v = verdicts.judge(SECTION, metrics)
-    return {"verdict": v.verdict, "metrics": metrics, "judged": list(names),
-            "evidence": verdicts.format_evidence(v)}
+    return {"verdict": v.verdict, "metrics": metrics, "judged": names,
+            "evidence": verdicts.format_evidence(v),
+            "shown": {n: {k: changes[n].get(k) for k in ("delta", "ci")}
+                      for n in shown if n in changes}}
 
 
 def rho_interval(draws_by_step: torch.Tensor, steps: list[int]) -> dict:

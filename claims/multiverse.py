@@ -213,7 +213,7 @@ def v_outcomes(model: str, per_layer: dict, heads: list[int], rules: str) -> dic
 
 
 #: The per-(sample, head) upper bounds of the optimal cosine a claim-V layer may carry in place
-#: of the matched value (fixtures/engine/multiverse_metrics.py ``v_grid_layer``): ``optimal_cosine`` then holds
+#: of the matched value (fixtures/engine/multiverse_v_grid.py ``v_grid_layer``): ``optimal_cosine`` then holds
 #: the lower bound (the identity matching, the direct cosine).
 V_UPPER = {"optimal_cosine": "optimal_cosine_hi", "optimal_cosine_null": "optimal_cosine_null_hi"}
 

@@ -141,15 +141,77 @@ def _change(lo: float, hi: float) -> dict:
     return {"ci": [lo, hi], "delta": (lo + hi) / 2}
 
 
-@pytest.mark.parametrize("cis, expected", [
-    ([(0.1, 0.2), (0.01, 0.3), (0.2, 0.4)], S),   # every judged metric rises
-    ([(-0.2, -0.1), (-0.3, -0.01), (-0.4, -0.2)], R),  # every one falls
-    ([(-0.2, 0.1), (0.1, 0.3), (0.2, 0.4)], I),   # one interval straddles 0
+def test_training_verdict_judges_the_overlap_excess_over_its_null():
+    """[claim_v_training] judges the measure of claim V's ours rule (method §2.4, §14.4)."""
+    section = verdicts.load_thresholds()["claim_v_training"]
+    assert section["metrics"] == ["subspace_overlap_excess"]
+    assert set(section["evidence"]) == {"optimal_cosine", "linear_cka", "kernel_cka"}
+
+
+@pytest.mark.parametrize("excess, p2, expected", [
+    ((0.01, 0.3), (-0.4, -0.2), S),    # the excess rises; P2's metrics fall: shown, not judged
+    ((-0.3, -0.01), (0.2, 0.4), R),    # the excess falls whatever P2's metrics do
+    ((-0.2, 0.1), (0.2, 0.4), I),      # its interval straddles 0
+    ((0.0, 0.1), (0.2, 0.4), I),       # a lower end at 0 is not above 0
 ])
-def test_training_verdict_needs_every_interval_on_one_side(cis, expected):
-    names = verdicts.load_thresholds()["claim_v_training"]["metrics"]
-    out = dynamics.training_verdict({n: _change(*ci) for n, ci in zip(names, cis)})
+def test_training_verdict_on_the_excess_alone(excess, p2, expected):
+    changes = {"subspace_overlap_excess": _change(*excess),
+               **{m: _change(*p2) for m in ("optimal_cosine", "linear_cka", "kernel_cka")}}
+    out = dynamics.training_verdict(changes)
     assert out["verdict"] == expected
+    assert out["judged"] == ["subspace_overlap_excess"]
+    assert out["shown"]["linear_cka"] == {"delta": _change(*p2)["delta"], "ci": list(p2)}
+
+
+def test_training_verdict_names_a_missing_change():
+    with pytest.raises(KeyError, match="subspace_overlap_excess"):
+        dynamics.training_verdict({"optimal_cosine": _change(0.1, 0.2)})
+
+
+def _v_layers(gen, n_samples=8, n_heads=3, undetermined_share=0.2, shift=0.0):
+    from claims import claim_v
+
+    out = {}
+    for layer in (0, 1):
+        m = {n: torch.rand(n_samples, n_heads, generator=gen, dtype=torch.float64)
+             for name in sorted({*dynamics.V_METRICS, *claim_v.METRICS})
+             for n in (name, f"{name}_null")}
+        m["subspace_overlap"] = (m["subspace_overlap"] + shift).clamp(0, 1)
+        m["undetermined"] = torch.rand(n_samples, n_heads, generator=gen) < undetermined_share
+        out[layer] = m
+    return out
+
+
+def test_overlap_excess_pools_as_claim_v_does():
+    """The excess [claim_v_training] judges is claim V's: (x − x₀)/(1 − x₀) of the means over
+    the determined (layer, head, sample) units (claims/claim_v.py summarize), independent route."""
+    from claims import claim_v
+
+    gen = torch.Generator().manual_seed(3)
+    per_layer, heads = _v_layers(gen), [0, 2]
+    values = dynamics.v_per_sample(per_layer, heads)
+    every = torch.arange(8).unsqueeze(0)
+    stacked = {n: torch.cat([per_layer[l][n][:, heads] for l in (0, 1)], dim=1).reshape(-1)
+               for n in per_layer[0]}
+    keep = ~stacked["undetermined"]
+    assert 0 < int(keep.sum()) < keep.numel()
+    want = claim_v.summarize(stacked, keep)["metrics"]["subspace_overlap_excess"]
+    assert float(dynamics.excess_draws(values, every)[0]) == pytest.approx(want, rel=1e-12)
+
+
+def test_overlap_excess_change_is_paired():
+    gen = torch.Generator().manual_seed(4)
+    first = _v_layers(gen, undetermined_share=0.0)
+    last = {l: {**m, "subspace_overlap": (m["subspace_overlap"] + 0.1).clamp(max=1.0)}
+            for l, m in first.items()}
+    a, b = dynamics.v_per_sample(first, [0, 1, 2]), dynamics.v_per_sample(last, [0, 1, 2])
+    idx = dynamics.resamples(8, "test-series")
+    same = dynamics.excess_change(a, a, idx)
+    assert same["delta"] == 0.0 and same["ci"] == [0.0, 0.0]  # paired: no change, no spread
+    up = dynamics.excess_change(a, b, idx)
+    assert up["delta"] > 0 and 0 < up["ci"][0] <= up["delta"] <= up["ci"][1]
+    assert up["first"] == pytest.approx(float(dynamics.excess_draws(a, torch.arange(8)[None])[0]))
+    assert dynamics.training_verdict({"subspace_overlap_excess": up})["verdict"] == S
 
 
 def test_paired_change_known_answers():
@@ -278,7 +340,14 @@ def test_training_dynamics_and_one_seed_end_to_end(pytester, tmp_path):
     for name in ("optimal_cosine", "linear_cka", "kernel_cka"):
         change = series["change"]["V"][name]
         assert change["ci"][0] <= change["delta"] <= change["ci"][1]
-    assert series["training_moves_v_towards_v_hat"]["verdict"] in (S, R, I)
+    # judged on the overlap's excess over its token-shuffled null (claim V's ours measure)
+    judged = series["change"]["V"]["subspace_overlap_excess"]
+    excess = judged["ci"]
+    # the change's end points are claim V's own model-level excess at those checkpoints
+    for end, row in (("first", series["trajectory"][0]), ("last", series["trajectory"][-1])):
+        assert judged[end] == pytest.approx(row["V"]["metrics"]["subspace_overlap_excess"]["value"])
+    assert series["training_moves_v_towards_v_hat"]["verdict"] == (
+        S if excess[0] > 0 else R if excess[1] < 0 else I)
     seeds = results["seed_spread"]["models"]["tiny-vit-digits-softmax"]
     assert seeds["n_seeds"] == 1 and seeds["seeds"][0]["seed"] == 0
     assert (out / "report.html").read_text().count('id="training-dynamics"') == 1

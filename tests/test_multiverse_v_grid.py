@@ -1,6 +1,6 @@
 """Claim V's grid of the specification curve (method §14.1): one Gram matrix per (standardise,
 dtype) for every (axis convention, null) pair, checked against the claim test's own computation
-(claims/value_layer.py ``layer_metrics``) and against ``checks.value_vectors`` per head, an
+(claims/claim_v.py ``layer_metrics``) and against ``checks.value_vectors`` per head, an
 independent route; and the optimal cosine's bounds, which decide a `p2` verdict only when both
 ends give the same one."""
 
@@ -12,7 +12,7 @@ import torch
 from checks.value_vectors import value_vector_metrics_batched
 from claims import claim_v, value_layer, verdicts
 from claims import multiverse as mv
-from fixtures.engine import multiverse_metrics as fmv
+from fixtures.engine import multiverse_v_grid as fmv
 from fixtures.engine.layer_context import LayerContext
 from fixtures.engine.model_run import ModelRun
 from fixtures.engine.run_options import RunOptions
@@ -51,8 +51,15 @@ COMBOS = [(False, "float64"), (True, "float64"), (False, "float32")]
 def grids():
     run = SyntheticRun()
     bounded, errors = fmv.v_grid_layer(run, 0, COMBOS)
-    matched, _ = fmv.v_grid_layer(run, 0, COMBOS, frozenset(
-        (s, t, c) for s, t in COMBOS for c in ("p2", "kpca")))
+    matched = {}  # the bounds replaced by the matched values, as specification_curve does
+    for std, dtype in COMBOS:
+        exact = fmv.v_matched_layer(run, 0, std, dtype)
+        for conv in ("p2", "kpca"):
+            for null in fmv.NULLS:
+                key = fmv._combo_key(std, dtype, conv, null)
+                matched[key] = fmv.with_matched(bounded[key], {
+                    "optimal_cosine": exact[conv],
+                    "optimal_cosine_null": exact[conv if null == "token-shuffled" else "random-basis"]})
     main = value_layer.layer_metrics(LayerContext(run, 0, run.prepare()))
     assert not errors
     return run, bounded, matched, main
@@ -71,6 +78,27 @@ def test_the_default_combination_equals_the_claim_tests_own_metrics(grids):
     assert bool((lo <= exact + 1e-12).all()) and bool((exact <= hi + 1e-12).all())
     assert torch.allclose(lo, main["direct_cosine"], atol=1e-12)  # the identity matching
     assert bool((hi < lo + 1e-9).sum() < hi.numel())  # the bounds are not all tight
+
+
+@pytest.mark.parametrize("std,dtype", COMBOS)
+def test_the_matching_sees_the_suites_own_cosine_matrices(grids, std, dtype):
+    """v_matched_layer's optimal cosines are bit for bit the matching of the cosine matrices of
+    the grid's metric suite (the same targets), per convention and for the random-basis null."""
+    from checks import metric_suite, row_similarity
+    from checks.gram import KeyGram
+
+    run = grids[0]
+    tdtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
+    got = fmv.v_matched_layer(run, 0, std, dtype)
+    info = run.prepare()
+    for chunk, heads, k, v, perm, a0 in fmv._v_batches(run, 0):
+        gram = KeyGram(k, scale=info["scale"], standardize=std, dtype=tdtype, top=D)
+        vv, targets = fmv._v_targets(run, info, gram, k, v, a0, perm, tdtype)
+        _suite, cos = metric_suite.metric_suite(vv, targets, **verdicts.allclose_tolerance())
+        for name, ti in (("p2", 0), ("kpca", 1), ("random-basis", 4)):
+            want = torch.stack([row_similarity.matched_cosine(c) for c in cos[ti]]).to(torch.float64)
+            assert torch.equal(got[name][chunk, heads], want), name
+    assert not torch.equal(got["p2"], got["random-basis"])
 
 
 @pytest.mark.parametrize("std,dtype", COMBOS)

@@ -138,6 +138,15 @@ def _change(c: dict) -> str:
     return f"{c['delta']:+.4g}" + (f" [{ci[0]:+.4g}, {ci[1]:+.4g}]" if ci else "")
 
 
+#: How the report names the changes that ``[claim_v_training]`` judges (claims/dynamics.py).
+JUDGED_NAMES = {"subspace_overlap_excess": "claim V's subspace-overlap excess over its token-shuffled "
+                                          "null, (overlap − null)/(1 − null)",
+                **{m: f"claim V's {m.replace('_', ' ')}" for m in
+                   ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")},
+                **{f"{m}_vs_null": f"claim V's {m.replace('_', ' ')} minus its null" for m in
+                   ("optimal_cosine", "linear_cka", "kernel_cka")}}
+
+
 def dynamics_context(results: dict) -> list[dict]:
     data = results.get("training_dynamics")
     if not isinstance(data, dict):
@@ -158,6 +167,11 @@ def dynamics_context(results: dict) -> list[dict]:
                     "last": ch["V"][m]["last"], "change": _change(ch["V"][m]),
                     "vs_null": _change(ch["V"][f"{m}_vs_null"])}
                    for m in ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")]
+        if "subspace_overlap_excess" in ch["V"]:  # the change [claim_v_training] judges
+            ex = ch["V"]["subspace_overlap_excess"]
+            changes.append({"what": "claim V subspace-overlap excess (overlap − null)/(1 − null), "
+                                    "judged", "first": ex["first"], "last": ex["last"],
+                            "change": _change(ex), "vs_null": "—"})
         changes.append({"what": "claim E γ position (0 = eigenvectors, 1 = perturbed control)",
                         "first": ch["E"]["gamma_position"]["first"],
                         "last": ch["E"]["gamma_position"]["last"],
@@ -169,6 +183,8 @@ def dynamics_context(results: dict) -> list[dict]:
         out.append({"name": name, "steps": s["steps"], "rows": rows, "changes": changes,
                     "from_step": ch["from_step"], "to_step": ch["to_step"],
                     "verdict": s["training_moves_v_towards_v_hat"], "n": s["n_samples"],
+                    "judged": [JUDGED_NAMES.get(m, m)
+                               for m in s["training_moves_v_towards_v_hat"].get("judged", ())],
                     "rho_j": t["spearman_j"], "rho_gamma": t["spearman_gamma_position"],
                     "p1": t["spearman_p1_code"]})
     return out
