@@ -25,12 +25,12 @@ def imprecise_overlaps(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor
                        subspace: dict, undefined: dict[str, str]) -> dict[str, float]:
     """The direction overlaps ω of ``subspace`` that are not determined at float64 (method §4.2,
     "Precision"): where round-off alone moves ω of a kept sample by more than
-    :data:`checks.gamma.OVERLAP_PRECISION_BAR` (``gamma_<name>_directions_precision``), that
+    :data:`checks.gamma_precision.OVERLAP_PRECISION_BAR` (``gamma_<name>_directions_precision``), that
     candidate's mean ω is taken out of ``subspace["directions"]`` and returned (``{"learned": ω,
     "null": ω}``, either or both), and the positions built on it become undefined: the head's
     ``gamma_direction_position`` (with its reason in ``undefined``) for the learned axes, the null's
     own direction position for the null."""
-    from checks.gamma import OVERLAP_PRECISION_BAR
+    from checks.gamma_precision import OVERLAP_PRECISION_BAR
 
     out: dict[str, float] = {}
     for name in ("learned", "null"):

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from checks.gamma import (OVERLAP_PRECISION_BAR, canonical_axes, gamma_spread_batched,
-                          overlap_precision, perturbed_axes, recover_axes)
+from checks.gamma import gamma_spread_batched, perturbed_axes, recover_axes
+from checks.gamma_precision import OVERLAP_PRECISION_BAR, canonical_axes, overlap_precision
 from checks.gram import KeyGram
 from checks.invariant_subspace import invariance_overlap
 from claims import claim_e
