@@ -17,7 +17,8 @@ from .gamma_stats import EXACT_EIGEN, chance_tests, gamma_ci, imprecise_overlaps
 from .names import E_ROUTES as ROUTES
 from .records import EHeadRecord, EModelRecord, finite_or_none
 
-CLAIM, GAMMA = "claim_e", "claim_e_gamma"
+#: The sections of claims/thresholds.toml that judge claim E: model records, γ head records.
+RULES, GAMMA = "claim_e", "claim_e_gamma"
 #: Every pair of routes whose ratio ``max_route_ratio`` takes the largest of (method §4).
 ROUTE_PAIRS = tuple(itertools.combinations(ROUTES, 2))
 
@@ -71,7 +72,7 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
     per_sample_finite = torch.cat([t["naive_finite"][:, heads] for t in tensors], dim=1)
     ci = _finite_intervals(route_ci(stats, per_sample_finite, seed_from(f"E-{model}-model")),
                            metrics)
-    v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined)
+    v, both = verdicts.judge_both(RULES, metrics, ci, rules_name=rules, undefined=undefined)
     evidence = verdicts.format_evidence(v, ci=ci, both=both)
     notes = construction_notes(per_layer, heads, v.verdict)
     if notes:

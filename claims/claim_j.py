@@ -14,7 +14,8 @@ from . import verdicts
 from .names import J_METRICS
 from .records import JRecord, JTrendRecord
 
-CLAIM, TREND = "claim_j", "claim_j_trend"
+#: The sections of claims/thresholds.toml that judge claim J: layer and model records, the trend.
+RULES, TREND = "claim_j", "claim_j_trend"
 
 
 def pooled(layer_terms: list[dict[str, torch.Tensor]], heads: list[int]) -> dict:
@@ -100,7 +101,7 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
     ci = percentile_interval(torch.stack([draws[:, 0], draws[:, 1], excess], 1), level).tolist()
     diff = (per_sample[:, 0] - per_sample[:, 1]).unsqueeze(1)
     resamples = int(settings["permutation_resamples"])
-    margin = float(verdicts.chance_margins(CLAIM)["output_r2"])
+    margin = float(verdicts.chance_margins(RULES)["output_r2"])
     alpha = float(settings["alpha"])
     p = float(sign_flip_pvalues(diff, None, seed, resamples)[0])
     p_tost = float(tost_pvalues(diff, None, margin, seed, resamples)[0])
@@ -121,7 +122,7 @@ def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
         ci = {k: b for k, b in ci.items() if metrics.get(k) is not None
               and (all(math.isfinite(float(x)) for x in b) or all(x != x for x in b))}
     at_chance = None
-    bar = next((r.value for r in verdicts.ours_rules(CLAIM, "supported") if r.metric == "output_r2"),
+    bar = next((r.value for r in verdicts.ours_rules(RULES, "supported") if r.metric == "output_r2"),
                None)
     if fit is not None and bar is not None and fit["output_r2_null"] >= bar:
         # the token-shuffled V̂ already meets the support bar: softmax·V spans whatever
@@ -143,7 +144,7 @@ def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
         for name in OURS_METRICS:
             metrics[name] = None
             undefined[name] = "no per-token terms or output fit in these layer terms"
-    v, both = verdicts.judge_both(CLAIM, metrics, ci, rules_name=rules, undefined=undefined,
+    v, both = verdicts.judge_both(RULES, metrics, ci, rules_name=rules, undefined=undefined,
                                   at_chance=at_chance)
     if tokens is not None:
         extra["tokens"] = tokens

@@ -232,7 +232,7 @@ def v_outcomes_bounded(model: str, per_layer: dict, heads: list[int], rules: str
     from . import claim_v
 
     if any(r.metric in V_UPPER for kind in ("supported", "refuted")
-           for r in verdicts.ours_rules(claim_v.CLAIM, kind)):
+           for r in verdicts.ours_rules(claim_v.RULES, kind)):
         return None
     base = {l: {n: t for n, t in m.items() if n not in V_UPPER.values()}
             for l, m in per_layer.items()}
@@ -247,7 +247,7 @@ def v_outcomes_bounded(model: str, per_layer: dict, heads: list[int], rules: str
         if rec["verdicts"]["p2"] == verdicts.UNDETERMINED:  # not judged: no bar is applied
             return True
         metrics = {**rec["metrics"], "optimal_cosine": upper_mean(values, undetermined)}
-        return verdicts.judge(claim_v.CLAIM, metrics).verdict == rec["verdicts"]["p2"]
+        return verdicts.judge(claim_v.RULES, metrics).verdict == rec["verdicts"]["p2"]
 
     for layer in layers:
         m = per_layer[layer]

@@ -14,7 +14,7 @@ from checks.stats import (bootstrap_weights, excess_over_null, percentile_interv
 from . import verdicts
 from .names import V_MEASURED as METRICS
 
-CLAIM = "claim_v"
+RULES = "claim_v"  # the section of claims/thresholds.toml that judges claim V
 
 
 #: The metrics tested against their null (method §7.2): the judged subspace overlap, and P2's
@@ -75,7 +75,7 @@ def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: i
     if not equivalence:
         p = sign_flip_pvalues(diffs.reshape(s, u * m), mask, seed, resamples)
         return p.reshape(u, m)
-    margins = verdicts.chance_margins(CLAIM)
+    margins = verdicts.chance_margins(RULES)
     margin = torch.tensor([margins.get(name, math.nan) for name in CHANCE_METRICS],
                           dtype=torch.float64)
     p = tost_pvalues(diffs.reshape(s, u * m), mask, margin.repeat(u), seed, resamples)
@@ -103,7 +103,7 @@ def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int,
     "Not above chance" is never read as "at chance": only the equivalence test says that."""
     alpha = float(verdicts.rule_set_settings()["alpha"])
     can = smallest_p(n_kept) < alpha
-    margins = verdicts.chance_margins(CLAIM)
+    margins = verdicts.chance_margins(RULES)
     out = {}
     for i, m in enumerate(CHANCE_METRICS):
         entry = {"p": float(p[i]), "p_adjusted": float(p_adjusted[i]),
