@@ -15,7 +15,7 @@ from checks.stats import (bootstrap_indices, masked_mean, percentile_interval, p
 from . import claim_v, verdicts
 from .gamma_stats import EXACT_EIGEN, chance_tests, gamma_ci, imprecise_overlaps, subspace_summary
 from .names import E_ROUTES as ROUTES
-from .records import EHeadRecord, EModelRecord, finite_or_none
+from .records import EHeadRecord, EModelRecord, finite_or_none, head_sample_rows
 
 #: The sections of claims/thresholds.toml that judge claim E: model records, γ head records.
 RULES, GAMMA = "claim_e", "claim_e_gamma"
@@ -327,13 +327,9 @@ def sample_rows(record: dict, run) -> list[dict]:
     max_share = float(verdicts.load_thresholds()[GAMMA]["undetermined"]["max_share"])
     share = float(undetermined.to(float).mean()) if undetermined.numel() else 0.0
     used = torch.ones_like(undetermined) if share > max_share else ~undetermined
-    rows = []
-    for s in range(int(undetermined.numel())):
-        row = {"claim": "E", "model": record["model"], "level": "head", "layer": layer,
-               "head": head, "sample": s, "sample_name": names[s] if s < len(names) else None,
-               "undetermined": bool(undetermined[s]), "used": bool(used[s])}
+    rows = head_sample_rows("E", record, names, undetermined, used)
+    for s, row in enumerate(rows):
         for name in ("learned", "eigen", "perturbed"):
             row[name] = finite_or_none(t[f"gamma_{name}"][s, head])
             row[f"{name}_abs"] = finite_or_none(t[f"gamma_{name}_abs"][s, head])
-        rows.append(row)
     return rows

@@ -9,10 +9,8 @@ from checks.stats import adjust_pvalues, excess_over_null, masked_mean, seed_fro
 from . import verdicts
 from .names import V_MEASURED
 from .names import V_P2_CODE_METRICS as P2_CODE_METRICS
-from .records import VRecord, finite_or_none
-from .value_chance import CHANCE_METRICS, chance_pvalues, interval_stats, vs_null_record
-
-RULES = "claim_v"  # the section of claims/thresholds.toml that judges claim V
+from .records import VRecord, finite_or_none, head_sample_rows
+from .value_chance import RULES, CHANCE_METRICS, chance_pvalues, interval_stats, vs_null_record
 METRICS = V_MEASURED
 
 
@@ -370,13 +368,9 @@ def sample_rows(record: dict, run) -> list[dict]:
     undetermined = metrics["undetermined"][:, head].bool()
     used = (torch.ones_like(undetermined) if record.get("verdict") == verdicts.UNDETERMINED
             else ~undetermined)
-    rows = []
-    for s in range(int(undetermined.numel())):
-        row = {"claim": "V", "model": record["model"], "level": "head", "layer": layer, "head": head,
-               "sample": s, "sample_name": names[s] if s < len(names) else None,
-               "undetermined": bool(undetermined[s]), "used": bool(used[s])}
+    rows = head_sample_rows("V", record, names, undetermined, used)
+    for s, row in enumerate(rows):
         for name in METRICS:
             row[name] = finite_or_none(metrics[name][s, head])
             row[f"{name}_null"] = finite_or_none(metrics[f"{name}_null"][s, head])
-        rows.append(row)
     return rows

@@ -274,3 +274,20 @@ def finite_or_none(x) -> float | None:
     """
     x = float(x)
     return x if x == x and abs(x) != float("inf") else None
+
+
+def head_sample_rows(claim: str, record: dict, names: list, undetermined, used) -> list[dict]:
+    """The keys of the ``--save-samples`` rows behind a head record, one row per sample: the
+    record's claim, model, level, layer and head, the sample's index and name, and whether it is
+    undetermined and whether it enters the record's means (``used``); the claim adds its values.
+
+    >>> import torch
+    >>> rows = head_sample_rows("V", {"model": "m", "layer": 1, "head": 2}, ["a"],
+    ...                         torch.tensor([False, True]), torch.tensor([True, False]))
+    >>> [(r["sample"], r["sample_name"], r["undetermined"], r["used"]) for r in rows]
+    [(0, 'a', False, True), (1, None, True, False)]
+    """
+    return [{"claim": claim, "model": record["model"], "level": "head", "layer": record["layer"],
+             "head": record["head"], "sample": s, "sample_name": names[s] if s < len(names) else None,
+             "undetermined": bool(undetermined[s]), "used": bool(used[s])}
+            for s in range(int(undetermined.numel()))]
