@@ -22,8 +22,10 @@ import torch
 
 from ._validation import check_ndim, check_same_batch
 from .errors import check_finite
+from .gamma_controls import eigen_control_twin, perturbed_axes  # noqa: F401 (part of this API)
 from .gamma_precision import canonical_axes, overlap_precision
-from .gram import DEFAULT_DTYPE, KeyGram, fix_signs
+from .round_off import relative_twin
+from .gram import DEFAULT_DTYPE, KeyGram
 from .invariant_subspace import invariance_overlap, invariant_subspace_residual
 from .nulls import shuffled_token_null
 
@@ -195,54 +197,6 @@ def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch
     return (terms.clamp_min(0) * ok).sum(dim=-2)
 
 
-def perturbed_axes(axes: torch.Tensor, seed: int | Sequence[int] = 0,
-                   noise: float = 0.1) -> torch.Tensor:
-    """P2's control basis: Q of QR(A + noise·Z), Z ~ N(0, 1) from a generator seeded with ``seed`` (method §4).
-
-    The columns of Q are orthonormal but not eigenvectors of K̃, and (as in P2) not re-centred.
-    Signs are fixed as in method §1 (γ does not depend on them). With one int ``seed``, one draw of
-    shape ``axes.shape`` covers the whole batch, so an item's noise depends on the batch layout;
-    with one seed per item (a sequence over the batch dimensions, flattened in order), each item's
-    noise depends on its own seed alone, whatever the batching or device (the claim runs do this).
-
-    Parameters
-    ----------
-    axes : Tensor [..., N, m]
-        A, the true eigenvectors (``KeyGram.axes()``), m ≤ N.
-    seed : int or sequence of int, default 0
-        One seed for the whole batch, or one per item of ``axes.shape[:-2]``.
-    noise : float, default 0.1
-        P2's perturbation size.
-
-    Returns
-    -------
-    Tensor [..., N, m], ``axes``' dtype and device.
-
-    Examples
-    --------
-    >>> a = torch.linalg.qr(torch.randn(6, 3, generator=torch.Generator().manual_seed(0),
-    ...                                  dtype=torch.float64))[0]
-    >>> p = perturbed_axes(a, seed=1)
-    >>> torch.allclose(p.T @ p, torch.eye(3, dtype=torch.float64), atol=1e-12), torch.allclose(p, a)
-    (True, False)
-    """
-    if axes.ndim < 2 or axes.shape[-1] > axes.shape[-2]:
-        raise ValueError(f"axes must be [..., N, m] with m ≤ N, got {tuple(axes.shape)}")
-    if isinstance(seed, int):
-        gen = torch.Generator(device="cpu").manual_seed(int(seed))
-        z = torch.randn(axes.shape, generator=gen, dtype=DEFAULT_DTYPE)
-    else:
-        seeds = [int(x) for x in seed]
-        if len(seeds) != math.prod(axes.shape[:-2]):
-            raise ValueError(f"{len(seeds)} seeds for {math.prod(axes.shape[:-2])} items of axes "
-                             f"{tuple(axes.shape)}: give one seed per item, or one int")
-        z = torch.stack([torch.randn(axes.shape[-2:], generator=torch.Generator().manual_seed(x),
-                                     dtype=DEFAULT_DTYPE) for x in seeds]).reshape(axes.shape)
-    z = z.to(axes.device, axes.dtype)
-    q, _ = torch.linalg.qr(axes + noise * z)
-    return fix_signs(q)
-
-
 def spread_summary(spreads: dict) -> dict:
     """Per head: the mean over components of each relative spread, and the method §4 verdict input.
 
@@ -266,7 +220,7 @@ def spread_summary(spreads: dict) -> dict:
 def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
                          standardize: bool = False, seed: int | Sequence[int] = 0,
                          gram: KeyGram | None = None,
-                         null_perm: torch.Tensor | None = None) -> dict:
+                         null_perm: torch.Tensor | None = None, round_off: bool = False) -> dict:
     """γ-constancy spreads of the learned values beside the two controls of method §4, per head.
 
     For keys ``k`` and learned values ``v`` of each head: build K̃ and log g in log space
@@ -299,6 +253,8 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
         One token permutation per head item (:func:`checks.nulls.token_permutations`): adds the
         chance level of the subspace measures, the axes recovered from the token-shuffled values
         ΠV on the same K̃ and g (method §4.2), as ``"null_subspace"`` and ``"null_directions"``.
+    round_off : bool, default False
+        Also compute every measure's round-off twin (method §13.2), as ``"<key>_twin"``.
 
     Returns
     -------
@@ -308,7 +264,9 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
     and ``"<name>_directions"`` (ω, :func:`checks.invariant_subspace.invariance_overlap`) [...] for
     each candidate (and ``"null"`` with ``null_perm``); ``"learned_directions_precision"`` (and
     ``"null_directions_precision"``) [...]: how far round-off moves that ω
-    (:func:`overlap_precision`); ``"summary"`` (:func:`spread_summary`);
+    (:func:`overlap_precision`); with ``round_off``, ``"<key>_twin"`` for every spread, ρ and ω above:
+    the round-off twin (method §13.2) from K̃ moved by round-off, its own eigen control and
+    perturbed control, and the learned and null axes moved by round-off; ``"summary"`` (:func:`spread_summary`);
     ``"undetermined"`` bool [...]
     (``KeyGram.undetermined``: μ_d is round-off and the eigen control is not meaningful).
 
@@ -342,32 +300,20 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
         "eigen": eigen,
         "perturbed": perturbed_axes(eigen, seed=seed),
     }
-    out: dict = {}
-    # An undetermined head (μ_d round-off; K̃ = 0 for identical keys) can have eigen-control
-    # columns with a single nonzero entry (eigh returns unit vectors for a zero matrix): their
-    # spread is undefined. Such columns get spread 0, never NaN, and the head stays flagged.
-    # The three candidates side by side as one [..., N, d_v + 2m] block: every step is per column,
-    # so one product with K̃ and one pair of sorts serve all three.
-    widths = [axes.shape[-1] for axes in candidates.values()]
-    gamma, valid = gamma_vectors(kg.centred, torch.cat(list(candidates.values()), dim=-1))
-    lacking = valid.sum(dim=-2) < 2                                      # [..., d_v + 2m]
-    degenerate = lacking.any(dim=-1)
-    gamma = gamma.masked_fill(lacking.unsqueeze(-2), 0.0)
-    valid = valid | lacking.unsqueeze(-2)
-    spreads = (pairwise_spread(gamma, valid, relative=True).split(widths, dim=-1),
-               pairwise_spread(gamma, valid, relative=False).split(widths, dim=-1))
-    for name, rel, absolute in zip(candidates, *spreads):
-        out[name], out[f"{name}_abs"] = rel, absolute
-    # the basis-free form of γ constancy: is span(Â) K̃-invariant? (method §4.2), with its chance
-    # level: the axes of the token-shuffled values ΠV, recovered with the same g on the same K̃
-    if null_perm is not None:
+    if null_perm is not None:  # ρ's and ω's chance level (method §4.2)
         candidates["null"] = recover_axes(shuffled_token_null(v, null_perm), log_g)
-    for name, axes in candidates.items():
-        out[f"{name}_subspace"] = invariant_subspace_residual(kg.centred, axes)
-        out[f"{name}_directions"] = invariance_overlap(kg.centred, axes)
-        if name in ("learned", "null"):  # spans of data, which can be ill-conditioned (method §4.2)
+    out, degenerate = _measures(kg.centred, candidates)
+    for name in ("learned", "null"):  # spans of data, which can be ill-conditioned (method §4.2)
+        if name in candidates:
             out[f"{name}_directions_precision"] = overlap_precision(
-                kg.centred, axes, out[f"{name}_directions"])
+                kg.centred, candidates[name], out[f"{name}_directions"])
+    if round_off:  # method §13.2: every measure again on round-off-moved K̃ and axes
+        twin_gram, twin_eigen = eigen_control_twin(kg, m)
+        twins = {name: relative_twin(axes, 3) for name, axes in candidates.items()
+                 if name in ("learned", "null")}
+        twins.update(eigen=twin_eigen, perturbed=perturbed_axes(twin_eigen, seed=seed))
+        twin, _ = _measures(twin_gram, {name: twins[name] for name in candidates})
+        out.update({f"{key}_twin": value for key, value in twin.items()})
     if bool((degenerate & ~kg.undetermined).any()):
         where = tuple(int(i) for i in torch.nonzero(degenerate & ~kg.undetermined)[0])
         raise ValueError(f"γ column of a determined head at index {where} has fewer than two "
@@ -375,6 +321,36 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
     out["summary"] = spread_summary(out)
     out["undetermined"] = kg.undetermined
     return out
+
+
+def _measures(centred: torch.Tensor, candidates: dict[str, torch.Tensor]
+              ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Each candidate's relative and absolute γ spreads per column (``name``, ``name_abs``; the
+    null has none), its invariant-subspace residual ρ (``name_subspace``) and direction overlap ω
+    (``name_directions``) on K̃ = ``centred``; and whether a head has a column whose spread is
+    undefined (method §4, §4.2)."""
+    spread = {name: axes for name, axes in candidates.items() if name != "null"}
+    # An undetermined head (μ_d round-off; K̃ = 0 for identical keys) can have eigen-control
+    # columns with a single nonzero entry (eigh returns unit vectors for a zero matrix): their
+    # spread is undefined. Such columns get spread 0, never NaN, and the head stays flagged.
+    # The candidates side by side as one [..., N, d_v + 2m] block: every step is per column,
+    # so one product with K̃ and one pair of sorts serve all of them.
+    widths = [axes.shape[-1] for axes in spread.values()]
+    gamma, valid = gamma_vectors(centred, torch.cat(list(spread.values()), dim=-1))
+    lacking = valid.sum(dim=-2) < 2                                      # [..., d_v + 2m]
+    degenerate = lacking.any(dim=-1)
+    gamma = gamma.masked_fill(lacking.unsqueeze(-2), 0.0)
+    valid = valid | lacking.unsqueeze(-2)
+    spreads = (pairwise_spread(gamma, valid, relative=True).split(widths, dim=-1),
+               pairwise_spread(gamma, valid, relative=False).split(widths, dim=-1))
+    out: dict[str, torch.Tensor] = {}
+    for name, rel, absolute in zip(spread, *spreads):
+        out[name], out[f"{name}_abs"] = rel, absolute
+    # the basis-free form of γ constancy: is span(Â) K̃-invariant? (method §4.2)
+    for name, axes in candidates.items():
+        out[f"{name}_subspace"] = invariant_subspace_residual(centred, axes)
+        out[f"{name}_directions"] = invariance_overlap(centred, axes)
+    return out, degenerate
 
 
 def gamma_spread(k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> dict:

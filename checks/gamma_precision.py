@@ -141,6 +141,12 @@ def overlap_precision(centred_gram: torch.Tensor, axes: torch.Tensor,
     return (moved - omega).abs() / omega.abs().clamp_min(torch.finfo(torch.float64).tiny)
 
 
+def round_off_gram_pattern(n: int) -> torch.Tensor:
+    """The fixed symmetric [n, n] pattern along which K̃ is moved by round-off, here and in the
+    round-off twins of claim E (method §13.2)."""
+    return _round_off_patterns(n, 1)[0]
+
+
 @functools.lru_cache(maxsize=8)
 def _round_off_patterns(n: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed perturbation patterns of :func:`overlap_precision`: symmetric [n, n] and [n, m]."""

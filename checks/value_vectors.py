@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .metric_suite import metric_suite
-from .row_similarity import matched_cosine
+from .row_similarity import matched_cosine, matched_cosine_twin
 from .degenerate import effective_rows
 from .errors import check_finite
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs, kpca_values
@@ -76,6 +76,7 @@ def value_vector_metrics_batched(
     null_perm: torch.Tensor | None = None,
     dtype: torch.dtype = DEFAULT_DTYPE,
     defer_matching: bool = False,
+    round_off: bool = False,
     atol: float,
     rtol: float,
 ) -> dict[str, torch.Tensor]:
@@ -108,6 +109,11 @@ def value_vector_metrics_batched(
         the result holds ``"cosine_matrices"`` [2, ..., N, N] (V̂, then V̂₀) on the CPU, which
         :func:`checks.row_similarity.matched_cosine` turns into those two metrics. Lets a caller run
         the assignment on the CPU while the next batch is computed.
+    round_off : bool
+        Also compute the round-off twin (method §13.2): every metric again from keys and values
+        moved by round-off alone (:func:`checks.round_off.value_twin_inputs`), as
+        ``"twin_<name>"``; with ``defer_matching``, the twin's cosine matrices as
+        ``"twin_cosine_matrices"`` [2, ..., N, N] instead of the optimal cosine's twins.
     atol, rtol : float
         Tolerances of the allclose rate, |V − V̂| ≤ atol + rtol·|V̂| elementwise. No default: the
         caller passes ``[claim_v.allclose]`` of ``claims/thresholds.toml`` (method §2.1, §9).
@@ -118,7 +124,7 @@ def value_vector_metrics_batched(
         Each name of :data:`METRIC_NAMES` (V vs V̂; ``allclose`` as 1.0/0.0 so a mean is the rate),
         each name + ``"_null"`` (V vs V̂₀), ``"undetermined"`` (bool: μ_d ≤ N·ε·‖K_φ‖₂),
         ``"mu_d"`` (μ_d; 0 when N < d, the missing eigenvalues of the padded spectrum) and
-        ``"threshold"`` (N·ε·‖K_φ‖₂).
+        ``"threshold"`` (N·ε·‖K_φ‖₂); with ``round_off``, the twins above.
 
     Notes
     -----
@@ -189,6 +195,31 @@ def value_vector_metrics_batched(
         out["mu_d"] = torch.zeros(batch_shape, dtype=gram.eigenvalues.dtype, device=k.device)
     out["threshold"] = gram.threshold
     out["effective_rows"] = effective_rows(gram.log_g)  # method §2.2: degenerate when ≈ 1
+    if round_off:
+        out.update(_twin(k, v, dtype=dtype, atol=atol, rtol=rtol, scale=scale,
+                         standardize=standardize, convention=convention,
+                         null_axes=None if null_perm is not None else a0, null_perm=null_perm))
+        if not defer_matching:
+            twin_cos = out.pop("twin_cosine_matrices")
+            out["twin_optimal_cosine"] = matched_cosine_twin(cos[0], twin_cos[0])[1]
+            out["twin_optimal_cosine_null"] = matched_cosine_twin(cos[1], twin_cos[1])[1]
+    return out
+
+
+def _twin(k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype,
+          **settings) -> dict[str, torch.Tensor]:
+    """The round-off twin of every metric (method §13.2): the metrics again on keys and values
+    moved by round-off alone (:func:`checks.round_off.value_twin_inputs`), as ``"twin_<name>"``
+    (and ``"twin_<name>_null"``), with the twin's cosine matrices [2, ..., N, N] (CPU; against
+    V̂, then the null) as ``"twin_cosine_matrices"`` for the optimal cosine's twin
+    (:func:`checks.row_similarity.matched_cosine_twin`)."""
+    from .round_off import value_twin_inputs
+
+    k2, v2 = value_twin_inputs(k.to(dtype), v.to(dtype))
+    twin = value_vector_metrics_batched(k2, v2, dtype=dtype, defer_matching=True, **settings)
+    out = {f"twin_{key}": twin[key] for name in METRIC_NAMES for key in (name, f"{name}_null")
+           if key in twin}
+    out["twin_cosine_matrices"] = twin["cosine_matrices"]
     return out
 
 

@@ -12,7 +12,7 @@ from checks.spectrum import STATISTICS, eigenvalue_statistics, route_comparison
 from checks.stats import (bootstrap_indices, masked_mean, percentile_interval, position_between,
                           seed_from)
 
-from . import claim_v, verdicts
+from . import claim_v, round_off_widths as round_off, verdicts
 from .gamma_stats import EXACT_EIGEN, chance_tests, gamma_ci, imprecise_overlaps, subspace_summary
 from .names import E_ROUTES as ROUTES
 from .records import EHeadRecord, EModelRecord, finite_or_none, head_sample_rows
@@ -275,8 +275,12 @@ def head_records(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
 def record_for_head(run, model: str, layer: int, head: int) -> EHeadRecord:
     """A γ head test's record from its model run (``run.layer_metrics``, ``run.options.rules``,
     ``run.statistics``, where the layer's intervals are kept for its other heads)."""
-    return head_record(model, layer, head, run.layer_metrics("E", layer), run.options.rules,
-                       run.statistics)
+    t = run.layer_metrics("E", layer)
+    twin = round_off.twin_metrics(t)  # method §13.2: the record's round-off widths
+    return round_off.attach(
+        head_record(model, layer, head, t, run.options.rules, run.statistics),
+        twin and head_record(model, layer, head, twin, run.options.rules,
+                             round_off.twin_cache(run.statistics)))
 
 
 def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> EModelRecord:

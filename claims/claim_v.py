@@ -6,7 +6,7 @@ import torch
 
 from checks.stats import adjust_pvalues, excess_over_null, masked_mean, seed_from
 
-from . import verdicts
+from . import round_off_widths as round_off, verdicts
 from .names import V_MEASURED
 from .names import V_P2_CODE_METRICS as P2_CODE_METRICS
 from .records import VRecord, finite_or_none, head_sample_rows
@@ -239,7 +239,8 @@ def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torc
     against chance adjusted across the model's selected heads, and the intervals); without it
     the head is tested alone (no adjustment), with the same bootstrap resamples."""
     per_head = {name: t[:, head] for name, t in layer_metrics.items()
-                if name not in _NOT_METRICS and not name.startswith("p2code_")}
+                if name not in _NOT_METRICS and not name.startswith("p2code_")
+                and not round_off.is_twin(name)}
     extra = {name: layer_metrics[name][:, head] for name in ("few_tokens", "n_tokens")
              if name in layer_metrics}
     undet = layer_metrics["undetermined"][:, head]
@@ -266,7 +267,8 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     """P2's aggregation: the rule applied to the model average over (layer, head, sample); the
     CI resamples samples with all their (layer, head) units together."""
     names = [n for n in next(iter(per_layer.values()))
-             if n not in ("mu_d", "threshold", "effective_rows") and not n.startswith("p2code_")]
+             if n not in ("mu_d", "threshold", "effective_rows") and not n.startswith("p2code_")
+             and not round_off.is_twin(n)]
     stacked = {n: torch.cat([m[n][:, heads] for m in per_layer.values()], dim=1) for n in names}
     undetermined = stacked.pop("undetermined")
     extra = {n: stacked.pop(n) for n in ("few_tokens", "n_tokens") if n in stacked}
@@ -322,15 +324,23 @@ def record_for_head(run, model: str, layer: int, head: int, layers: list[int],
     ``run.statistics``): tested against chance across the selected ``layers`` × ``heads``, whose
     statistics the run keeps, so the model's head tests share one pass (method §7)."""
     per_layer = {l: run.layer_metrics("V", l) for l in layers}
-    stats = head_statistics(model, per_layer, heads, run.statistics)
-    return head_record(model, layer, head, per_layer[layer], statistics=stats.get((layer, head)),
-                       rules=run.options.rules)
+
+    def build(layers_: dict, cache: dict | None) -> VRecord:
+        stats = head_statistics(model, layers_, heads, cache)
+        return head_record(model, layer, head, layers_[layer], statistics=stats.get((layer, head)),
+                           rules=run.options.rules)
+    twins = round_off.twin_layers(per_layer)  # method §13.2: the record's round-off widths
+    return round_off.attach(build(per_layer, run.statistics), twins and build(
+        twins, round_off.twin_cache(run.statistics)))
 
 
 def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> VRecord:
     """A model test's record from its model run: P2's aggregation over ``layers`` × ``heads``."""
     per_layer = {l: run.layer_metrics("V", l) for l in layers}
-    return model_over_heads(model, per_layer, heads, run.options.rules, run.statistics)[0]
+    record = model_over_heads(model, per_layer, heads, run.options.rules, run.statistics)[0]
+    twins = round_off.twin_layers(per_layer)  # method §13.2: the record's round-off widths
+    return round_off.attach(record, twins and model_over_heads(
+        model, twins, heads, run.options.rules, round_off.twin_cache(run.statistics))[0])
 
 
 def model_message(record: VRecord) -> str:

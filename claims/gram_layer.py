@@ -41,6 +41,13 @@ def gamma_terms(gamma: dict) -> dict[str, torch.Tensor]:
         terms[f"gamma_{name}_directions"] = gamma[f"{name}_directions"]
     for name in ("learned", "null"):  # how far round-off moves ω (method §4.2, "Precision")
         terms[f"gamma_{name}_directions_precision"] = gamma[f"{name}_directions_precision"]
+    if "learned_twin" in gamma:  # the round-off twins, for the records' widths (method §13.2)
+        for name in ("learned", "eigen", "perturbed"):
+            terms[f"twin_gamma_{name}"] = gamma[f"{name}_twin"].mean(-1)
+            terms[f"twin_gamma_{name}_abs"] = gamma[f"{name}_abs_twin"].mean(-1)
+        for name in ("learned", "eigen", "perturbed", "null"):
+            terms[f"twin_gamma_{name}_subspace"] = gamma[f"{name}_subspace_twin"]
+            terms[f"twin_gamma_{name}_directions"] = gamma[f"{name}_directions_twin"]
     return terms
 
 
@@ -76,7 +83,8 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
                 seed=gamma_seeds(ctx.model, ctx.layer, chunk, heads),
                 gram=std if ctx.options.standardize else raw,
                 null_perm=gamma_null_permutations(ctx.model, ctx.layer, chunk, heads,
-                                                  k.shape[-2]).to(k.device))
+                                                  k.shape[-2]).to(k.device),
+                round_off=True)
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         values = {"mu_log_raw": top_d(raw.eigenvalues),

@@ -25,7 +25,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
 
     from checks.errors import NonFiniteError
     from checks.p2_code import p2_code_subset, scatter_rows
-    from checks.row_similarity import matched_cosine
+    from checks.row_similarity import matched_cosine, matched_cosine_twin
     from checks.value_vectors import value_vector_metrics_batched
 
     info = ctx.info
@@ -50,13 +50,19 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
 
     def finish_oldest() -> None:
         done_chunk, done_heads, against_v_hat, against_null, rows, p2code = pending.pop(0)
-        optimal = torch.stack([f.result() for f in against_v_hat])
-        ctx.fill(out, done_chunk, done_heads, {
+        results = [f.result() for f in against_v_hat]
+        twin = isinstance(results[0], tuple)  # (optimum, its round-off twin), method §13.2
+        optimal = torch.stack([r[0] for r in results] if twin else results)
+        values = {
             "optimal_cosine": optimal,
             # the optimal matching ignores token order: against ΠV̂ it is the same (method §2.3)
             "optimal_cosine_null": optimal.clone(),
             "p2code_optimal_cosine": scatter_rows([f.result() for f in p2code], rows,
-                                                  *optimal.shape)})
+                                                  *optimal.shape)}
+        if twin:
+            values["twin_optimal_cosine"] = torch.stack([r[1] for r in results])
+            values["twin_optimal_cosine_null"] = values["twin_optimal_cosine"].clone()
+        ctx.fill(out, done_chunk, done_heads, values)
 
     try:
         for chunk, heads, _q, k, v in ctx.groups():
@@ -66,14 +72,18 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
                     k, v, scale=info["scale"], standardize=ctx.options.standardize,
                     convention=ctx.options.convention, null_perm=perm,
                     dtype=ctx.options.torch_dtype, defer_matching=True,
+                    round_off=ctx.options.torch_dtype == torch.float64,
                     **verdicts.allclose_tolerance())
             except NonFiniteError as exc:
                 raise ctx.located(exc, chunk, heads) from exc
             cos = m.pop("cosine_matrices")
+            twin_cos = m.pop("twin_cosine_matrices", None)
             rows = [i for i, b in enumerate(chunk) if p2_samples[b]]
             p2code = _p2_code(k, v, info, ctx.options, m, rows)  # method §8.3: never judged
             pending.append((chunk, heads,  # one task per sample and target: [H, N, N] each
-                            [pool.submit(matched_cosine, c) for c in cos[0]],
+                            [pool.submit(matched_cosine, c) for c in cos[0]] if twin_cos is None
+                            else [pool.submit(matched_cosine_twin, c, t)
+                                  for c, t in zip(cos[0], twin_cos[0])],
                             [],  # no matching against ΠV̂: it would repeat the one above
                             rows, [pool.submit(matched_cosine, c) for c in p2code]))
             n_tok = k.shape[-2]

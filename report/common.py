@@ -101,6 +101,44 @@ def count(records: list[Record]) -> dict[str, int]:
     return out
 
 
+def round_off_note(records: list[Record]) -> str | None:
+    """A sentence naming the records with a number that round-off decides beyond the judged
+    tolerance (a ``round_off`` width, method §13.2, that the declared factor makes wider than
+    the kind's tolerance), over the numbers a verdict can rest on (not the controls' round-off
+    or solver-dependent values), and the largest relative width; None when there is none."""
+    from .diff import leaves
+    from .tolerances import ROUND_OFF_FACTOR, TOLERANCES, kind_of
+
+    def wide(r: Record) -> dict[str, float]:
+        out = {}
+        flat_record = {}
+        for path, width in (r.extra.get("round_off") or {}).items():
+            kind = kind_of(path, 0.0)
+            if kind not in ("judged", "interval", "column_wise"):
+                continue
+            if not flat_record:
+                flat_record = leaves(r.to_json())
+            value = flat_record.get(path)
+            if not isinstance(value, (int, float)):
+                continue
+            tol = TOLERANCES[kind]
+            if ROUND_OFF_FACTOR * width > tol.abs + tol.rel * abs(value):
+                out[path] = width / abs(value) if value else math.inf
+        return out
+    found = [(r, wide(r)) for r in records]
+    found = [(r, w) for r, w in found if w]
+    if not found:
+        return None
+    names = [f"L{r.layer:02d}-H{r.head}" if r.layer is not None else r.level for r, _ in found]
+    worst, where = max((rel, f"{path} of {name}") for (r, w), name in zip(found, names)
+                       for path, rel in w.items())
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return (f"Round-off decides some numbers of {len(found)} record(s) ({shown}) beyond the "
+            f"judged tolerance: each record carries how far round-off alone moves them (its "
+            f"round-off twin), about as far as two machines' values may differ; largest "
+            f"relative width {fmt(worst, 2)} ({where}); method §13.2.")
+
+
 def with_ci(value, rec: Record | None, name: str, key: str = "ci") -> str:
     """``value [lo, hi]``: a metric with its 95% bootstrap CI from ``rec``'s ``key`` table
     (method §7), or the value alone for records without one."""

@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .tolerances import TOLERANCES, kind_of, rel_diff
+from .tolerances import (ROUND_OFF_FACTOR, TOLERANCES, kind_of, metric_of, rel_diff,
+                         round_off_widths)
 
 REPRODUCES, CHANGED, NOT_COMPARABLE, BAD_INPUT = 0, 6, 4, 2
 
@@ -189,6 +190,7 @@ def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> None:
         fallback = f"{ref.get('verdict')} → {run.get('verdict')}"
         d.verdicts.append(f"{rid}: {moved or fallback}")
     a, b = leaves(run), leaves(ref)
+    widths = round_off_widths(run, ref)  # method §13.2: numbers round-off moves, and how far
     group = d.worst.setdefault((run.get("claim"), run.get("model")), {})
     for path in sorted(set(a) | set(b)):
         if path in ("verdict", "outcome") or path.startswith("verdicts."):
@@ -207,11 +209,13 @@ def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> None:
             w = group.setdefault(_metric(path), Worst(kind=kind))
             w.n += 1
             r = rel_diff(fa, fb)
-            ok = tol.agree(fa, fb)
+            width = widths.get(metric_of(path), 0.0)
+            ok = tol.agree(fa, fb, width)
             if not ok:
                 w.outside += 1
+                wider = f" + {ROUND_OFF_FACTOR:g} x round-off width {width:.2g}" if width else ""
                 d.outside.append(f"{rid} {path}: {_show(vb)} → {_show(va)} (relative "
-                                 f"{r:.2g}; {kind} tolerance {tol.describe()})")
+                                 f"{r:.2g}; {kind} tolerance {tol.describe()}{wider})")
             if r > w.rel or not w.path:
                 w.rel, w.path, w.run, w.ref = r, path, fa, fb
             if not tol.by_value:

@@ -36,7 +36,14 @@ Every leaf of a record is of one kind, decided by its path (:func:`kind_of`):
   whose smallest top-d eigenvalue is ~1e-6 of the largest, so the LAPACK build's float32 round-off
   shows: measured at most 2.5e-5 relative across the emulated settings (MKL on SSE4.2 with CBWR;
   0 under ATEN DEFAULT, oneDNN SSE4.1, libm without FMA), tolerance 1e-3 (a margin of 40);
-- ``text``: the evidence text, made from the numbers above (compared through them, not as text).
+- ``text``: the evidence text, made from the numbers above (compared through them, not as text),
+  and the reasons of undefined numbers (compared through the number being None); likewise the
+  round-off widths (``round_off``, ``round_off_verdict``), estimates that widen the tolerances.
+
+A record built from the round-off twins of its per-sample numbers (method §13.2) carries, in
+``round_off``, how far each of its numbers moved: where round-off decides a number, two machines
+give values about that far apart. Every number of a metric with such a width in either record
+agrees within its kind's tolerance plus :data:`ROUND_OFF_FACTOR` times the width.
 
 Two numbers a and b of a kind with tolerance (rel, abs) agree when
 ``|a - b| <= abs + rel * max(|a|, |b|)``; of kind ``solver_dependent``, when both are finite (or
@@ -71,8 +78,9 @@ class Tolerance:
             return "presence and finiteness only"
         return f"rel {self.rel:g} abs {self.abs:g}"
 
-    def agree(self, a: float, b: float) -> bool:
-        """Whether ``a`` and ``b`` are the same result within this tolerance."""
+    def agree(self, a: float, b: float, width: float = 0.0) -> bool:
+        """Whether ``a`` and ``b`` are the same result within this tolerance, widened by
+        :data:`ROUND_OFF_FACTOR` times the number's round-off ``width`` (method §13.2)."""
         if not self.by_value:
             return math.isfinite(a) == math.isfinite(b) and (math.isfinite(a) or a == b
                                                              or (a != a and b != b))
@@ -80,7 +88,41 @@ class Tolerance:
             return math.isnan(a) and math.isnan(b)
         if math.isinf(a) or math.isinf(b):
             return a == b
-        return abs(a - b) <= self.abs + self.rel * max(abs(a), abs(b))
+        return abs(a - b) <= self.abs + self.rel * max(abs(a), abs(b)) + ROUND_OFF_FACTOR * width
+
+
+#: How many times its round-off width (a record's ``round_off``, method §13.2) a number may move
+#: between machines beyond its kind's tolerance: the width is one draw of round-off, the twin's.
+#: Measured on the softmax ViT's claim V and γ records (MKL on SSE4.2 with CBWR against the
+#: native dispatch): every number outside its kind's tolerance moved by at most 1.23 times the
+#: largest width of its metric (p-values: 0.95 times); 10 leaves a margin of 8.
+ROUND_OFF_FACTOR = 10.0
+
+
+def metric_of(path: str) -> str:
+    """The metric a leaf's round-off width is kept under: the key after the record's table,
+    indices dropped (``ci.optimal_cosine[0]`` → ``optimal_cosine``,
+    ``vs_null.subspace_overlap.p`` → ``subspace_overlap``).
+
+    >>> metric_of("ci.optimal_cosine[0]"), metric_of("vs_null.kernel_cka.p"), metric_of("n_used")
+    ('optimal_cosine', 'kernel_cka', 'n_used')
+    """
+    parts = _INDEX.sub("", path).split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def round_off_widths(*records) -> dict[str, float]:
+    """Per metric (:func:`metric_of`), the largest round-off width any of ``records`` (JSON
+    records) carries for any of its numbers (method §13.2): every number of that metric, in
+    its interval, null and tests too, may move by :data:`ROUND_OFF_FACTOR` times it."""
+    out: dict[str, float] = {}
+    for record in records:
+        widths = record.get("round_off") if isinstance(record, dict) else None
+        for path, width in (widths or {}).items():
+            if isinstance(width, (int, float)) and math.isfinite(width):
+                name = metric_of(path)
+                out[name] = max(out.get(name, 0.0), float(width))
+    return out
 
 
 #: The tolerances, one per field kind (module docstring).
@@ -110,6 +152,9 @@ TOLERANCES: dict[str, Tolerance] = {t.kind: t for t in (
 #: first matching pattern wins; a number matching none is ``judged``, anything else ``exact``.
 KIND_RULES: tuple[tuple[str, str], ...] = (
     ("evidence", "text"),
+    ("round_off.*", "text"),       # the round-off widths are estimates, not results
+    ("round_off_verdict", "text"),
+    ("undefined.*", "text"),       # why a number is undefined: that it is, is compared (None)
     ("metrics.eigen", "solver_dependent"),
     ("ci.eigen", "solver_dependent"),
     ("*.eigen", "round_off"),
@@ -125,6 +170,8 @@ KIND_RULES: tuple[tuple[str, str], ...] = (
 )
 
 _INDEX = re.compile(r"\[\d+\]")
+#: A record's round-off widths and its twin's verdict (method §13.2): estimates, not results.
+_WIDTH_KEYS = ("round_off", "round_off_verdict")
 
 
 def kind_of(path: str, value) -> str:
@@ -147,31 +194,38 @@ def rel_diff(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), abs(b))
 
 
-def differences(got, want, prefix: str = "") -> list[str]:
+def differences(got, want, prefix: str = "", widths: dict[str, float] | None = None) -> list[str]:
     """Where ``got`` and ``want`` (JSON values) differ beyond the tolerance of each leaf's kind:
     ``["metrics.pearson: 0.1 → 0.2 (judged)", "verdict: refuted → supported", ...]``. Keys, their
     order and the list lengths must be equal; text (evidence) is compared through its numbers,
-    so it is skipped. The goldens of the tests compare with this."""
+    so it is skipped; so are the round-off widths, which widen the tolerance of every number of
+    their metric in either record (:func:`round_off_widths`). The goldens of the tests compare
+    with this."""
     out: list[str] = []
     if isinstance(want, dict) and isinstance(got, dict):
-        if list(got) != list(want):
-            out.append(f"{prefix or '<top>'}: keys {list(got)} != {list(want)}")
+        if widths is None and not prefix:
+            widths = round_off_widths(got, want)
+        keys = [[k for k in d if k not in _WIDTH_KEYS] for d in (got, want)]
+        if keys[0] != keys[1]:
+            out.append(f"{prefix or '<top>'}: keys {keys[0]} != {keys[1]}")
         for key in want:
-            if key in got:
-                out += differences(got[key], want[key], f"{prefix}.{key}" if prefix else str(key))
+            if key in got and key not in _WIDTH_KEYS:
+                out += differences(got[key], want[key], f"{prefix}.{key}" if prefix else str(key),
+                                   widths)
         return out
     if isinstance(want, list) and isinstance(got, list):
         if len(got) != len(want):
             return [f"{prefix}: {len(got)} items != {len(want)}"]
         for i, (a, b) in enumerate(zip(got, want)):
-            out += differences(a, b, f"{prefix}[{i}]")
+            out += differences(a, b, f"{prefix}[{i}]", widths)
         return out
     kind = kind_of(prefix, want)
     if kind == "text":
         return out
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (got, want))
     if numbers and kind != "exact":
-        if not TOLERANCES[kind].agree(float(got), float(want)):
+        width = (widths or {}).get(metric_of(prefix), 0.0)
+        if not TOLERANCES[kind].agree(float(got), float(want), width):
             out.append(f"{prefix}: {got!r} → {want!r} ({kind}, relative {rel_diff(got, want):.2g})")
     elif got != want or type(got) is not type(want):
         out.append(f"{prefix}: {got!r} → {want!r}")

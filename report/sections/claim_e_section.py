@@ -8,8 +8,8 @@ from markupsafe import Markup
 
 from claims.names import E_ROUTES, E_STATISTICS
 
-from ..common import (LETTERS, count, fmt, head_matrix, median, rules_text, slug, tooltips,
-                      with_ci)
+from ..common import (LETTERS, count, fmt, head_matrix, median, round_off_note, rules_text, slug,
+                      tooltips, with_ci)
 from ..svg_colour import colour_bar, decade_scale, scale_ticks
 from ..svg_heatmap import fit_cells, heatmap, values_grid
 from ..svg_primitives import Tick
@@ -101,7 +101,8 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
     return {"model": model, "id": f"heatmap-E-{sid}", "table_id": f"e-stats-{sid}",
             "values_table": values_table, "panels": panels, "legend": legend,
             "counts": count(head_recs), "n_heads": len(head_recs), "model_record": mrec,
-            "routes": routes, "ratios": ratios, "metrics": metrics}
+            "routes": routes, "ratios": ratios, "metrics": metrics,
+            "round_off": round_off_note(head_recs)}
 
 
 def context(results: dict, index, spec) -> dict:

@@ -9,8 +9,8 @@ from markupsafe import Markup
 from claims.names import V_METRICS, V_P2_CODE_METRICS
 from claims.records import Record
 
-from ..common import (LETTERS, count, fmt, head_matrix, mean, range_text, rule_marks, rules_text,
-                      slug, tooltips, with_ci)
+from ..common import (LETTERS, count, fmt, head_matrix, mean, range_text, round_off_note,
+                      rule_marks, rules_text, slug, tooltips, with_ci)
 from ..svg_colour import ColourScale, colour_bar, scale_ticks
 from ..svg_heatmap import fit_cells, heatmap, values_grid
 from ..svg_primitives import Tick
@@ -97,6 +97,7 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
             note="optimal cosine, the head's verdict letter, and its null (chance) level")),
         "undetermined_reason": next((r.reason for r in heads_recs
                                      if r.verdict == "undetermined" and r.reason), None),
+        "round_off": round_off_note([*heads_recs, *([mrec] if mrec else [])]),
     }
 
 
