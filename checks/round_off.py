@@ -7,8 +7,8 @@ record a second time from the twins and keep how far its numbers moved (``round_
 claims/round_off_widths.py); ``report diff`` and the goldens widen those numbers' tolerances by it.
 
 Claim V's twin (:func:`value_twin_inputs`) moves the keys and values; claim E's
-(:func:`checks.gamma._eigen_twin`) moves K̃, recomputes its eigen control, and moves the recovered
-axes with :func:`relative_twin`. The patterns are fixed, the same for every head and batch, so a
+(:func:`checks.gamma_controls.eigen_control_twin`) moves K̃ and recomputes its eigen control,
+and moves the recovered axes with :func:`relative_twin`. The patterns are fixed, the same for every head and batch, so a
 twin does not depend on how heads and samples were grouped. Pure tensor math.
 """
 
