@@ -4,10 +4,11 @@ twin, and how far each number moved.
 A claim's per-layer metrics carry, beside each per-sample number that round-off can move, its
 twin (``twin_<name>``: the number again from inputs moved by round-off alone, see
 :mod:`checks.round_off`). A claim builds its record once from the metrics and once from the
-twins (:func:`twin_layers`), and :func:`attach` keeps in the record every number that moved (``round_off``: path → |moved|),
-and the twin's verdict where it differs (``round_off_verdict``). Where round-off decides a
-number, two machines give values about that far apart; ``report diff`` and the goldens widen
-that number's tolerance by it (report/tolerances.py).
+twins (:func:`twin_layers`), and :func:`attach` keeps in the record every number that moved
+(``round_off``: path → |moved|) and the twin's verdict where it differs
+(``round_off_verdict``). Where round-off decides a number, two machines give values about that
+far apart; ``report diff`` and the goldens widen that number's tolerance by it
+(report/tolerances.py).
 """
 
 from __future__ import annotations
