@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .gamma_precision import ROUND_OFF, canonical_axes, round_off_gram_pattern
+from .gamma_precision import canonical_axes, round_off_gram_pattern
+from .round_off import ROUND_OFF
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs
 from .topk import top_eigh
 
@@ -63,7 +64,7 @@ def perturbed_axes(axes: torch.Tensor, seed: int | Sequence[int] = 0,
 
 def eigen_control_twin(kg: KeyGram, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The round-off twin of K̃ and of its top-m eigen control (method §13.2): K̃ moved by
-    :data:`checks.gamma_precision.ROUND_OFF` of its largest entry along a fixed symmetric pattern,
+    :data:`checks.round_off.ROUND_OFF` of its largest entry along a fixed symmetric pattern,
     and that matrix's own top-m eigenvectors (:func:`checks.topk.top_eigh`, made canonical in
     degenerate eigenspaces as the control is)."""
     unit = kg._unit_centred

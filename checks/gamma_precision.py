@@ -13,6 +13,7 @@ import torch
 
 from .gram import fix_signs
 from .invariant_subspace import invariance_overlap
+from .round_off import ROUND_OFF
 
 
 #: Consecutive eigenvalues closer than this times |μ_1| form one (nearly) degenerate eigenspace for
@@ -21,9 +22,9 @@ from .invariant_subspace import invariance_overlap
 DEGENERATE_RTOL = 1e-10
 
 
-#: The relative size of the round-off perturbation of K̃ and Â in :func:`overlap_precision`
-#: (about 5 ulps of the largest entry, the size of the centring's round-off).
-ROUND_OFF = 1e-15
+# ROUND_OFF (checks/round_off.py): the relative size of the round-off perturbation of K̃ and Â in
+# :func:`overlap_precision`, about 5 ulps of the largest entry, the size of the centring's
+# round-off; the round-off twins use the same size.
 
 
 #: ω is *not determined at float64* in a sample when the round-off perturbation of

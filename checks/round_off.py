@@ -8,8 +8,9 @@ claims/round_off_widths.py); ``report diff`` and the goldens widen those numbers
 
 Claim V's twin (:func:`value_twin_inputs`) moves the keys and values; claim E's
 (:func:`checks.gamma_controls.eigen_control_twin`) moves K̃ and recomputes its eigen control,
-and moves the recovered axes with :func:`relative_twin`. The patterns are fixed, the same for every head and batch, so a
-twin does not depend on how heads and samples were grouped. Pure tensor math.
+and moves the recovered axes with :func:`relative_twin`. The patterns are fixed, the same for
+every head and batch, so a twin does not depend on how heads and samples were grouped. Pure
+tensor math.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import functools
 import torch
 
 #: The relative size of the round-off perturbation of each input element (about 4.5 ulps of
-#: float64: the size of the round-off that scores, exponentials and centring leave in them).
+#: float64: the size of the round-off that scores, exponentials and centring leave in them);
+#: also the size of K̃'s perturbation in :func:`checks.gamma_precision.overlap_precision`.
 ROUND_OFF = 1e-15
 
 #: A record keeps a number's round-off width only where its twin differs by more than
