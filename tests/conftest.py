@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+#: The thread variables a nested run reads when it starts (torch's OpenMP pool, MKL).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@pytest.fixture(autouse=True)
+def _nested_runs_get_one_thread(monkeypatch):
+    """Under xdist, every process a test starts (a ``pytest claims/`` run through pytester, a
+    ``python -m`` tool) inherits one thread, the worker's own share, as the worker itself runs
+    with (fixtures/plugin/configure.py). Without it a nested run takes OMP_NUM_THREADS (CI
+    exports 2, one per core) beside the other worker's math: two OpenMP pools on two cores spin
+    against each other, and the --multiverse and --training-dynamics runs of
+    tests/test_multiverse.py went from 21 s and 32 s alone to 22 minutes each together."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for name in THREAD_VARIABLES:
+            monkeypatch.setenv(name, "1")
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ the option checks (exit 4); and small end-to-end runs of --multiverse, --trainin
 --seeds whose default specification must equal the main records."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -273,6 +274,13 @@ def _run(pytester, out: Path, *args: str):
         "--out", str(out), "-p", "no:cacheprovider", *args, timeout=1200)
 
 
+def _ran_on_the_workers_thread(results: dict) -> None:
+    """Under xdist a nested run takes the worker's one thread (tests/conftest.py): with two
+    OpenMP pools on two cores these runs took 40 times as long and CI timed them out."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        assert results["provenance"]["numeric_environment"]["threads"]["intra_op"] == 1
+
+
 @pytest.mark.parametrize("args, message", [
     (("--seeds", "0"), "--seeds 0: give a number of training seeds from 1"),
     (("--seeds", "51"), "from 1 to 50"),
@@ -309,6 +317,7 @@ def test_multiverse_end_to_end_default_specification_equals_the_main_records(pyt
                   "-k", "not trend")
     assert result.ret in (0, 1), result.stdout.str()[-3000:]
     results = json.loads((out / "results.json").read_text())
+    _ran_on_the_workers_thread(results)
     curve = results["specification_curve"]
     assert curve["default_matches_main"]["equal"], curve["default_matches_main"]
     assert curve["default_matches_main"]["missing"] == 0
@@ -335,6 +344,7 @@ def test_training_dynamics_and_one_seed_end_to_end(pytester, tmp_path):
                   "--training-dynamics", "--seeds", "1", "-k", "dynamics or seed")
     assert result.ret in (0, 1), result.stdout.str()[-3000:]
     results = json.loads((out / "results.json").read_text())
+    _ran_on_the_workers_thread(results)
     series = results["training_dynamics"]["series"]["tiny-vit-digits-softmax"]
     assert series["steps"][0] == 0 and len(series["trajectory"]) == len(series["steps"])
     for name in ("optimal_cosine", "linear_cka", "kernel_cka"):
