@@ -84,7 +84,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
                 gram=std if ctx.options.standardize else raw,
                 null_perm=gamma_null_permutations(ctx.model, ctx.layer, chunk, heads,
                                                   k.shape[-2]).to(k.device),
-                round_off=True)
+                round_off=ctx.round_off_twins)
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         values = {"mu_log_raw": top_d(raw.eigenvalues),

@@ -72,7 +72,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
                     k, v, scale=info["scale"], standardize=ctx.options.standardize,
                     convention=ctx.options.convention, null_perm=perm,
                     dtype=ctx.options.torch_dtype, defer_matching=True,
-                    round_off=ctx.options.torch_dtype == torch.float64,
+                    round_off=ctx.round_off_twins and ctx.options.torch_dtype == torch.float64,
                     **verdicts.allclose_tolerance())
             except NonFiniteError as exc:
                 raise ctx.located(exc, chunk, heads) from exc
