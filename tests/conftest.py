@@ -17,8 +17,9 @@ def _nested_runs_get_one_thread(monkeypatch):
     ``python -m`` tool) inherits one thread, the worker's own share, as the worker itself runs
     with (fixtures/plugin/configure.py). Without it a nested run takes OMP_NUM_THREADS (CI
     exports 2, one per core) beside the other worker's math: two OpenMP pools on two cores spin
-    against each other, and the --multiverse and --training-dynamics runs of
-    tests/test_multiverse.py went from 21 s and 32 s alone to 22 minutes each together."""
+    against each other: the --multiverse and --training-dynamics runs of
+    tests/test_multiverse.py, run side by side, took 22 minutes each with two threads and 21 s
+    and 32 s with one."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         for name in THREAD_VARIABLES:
             monkeypatch.setenv(name, "1")
