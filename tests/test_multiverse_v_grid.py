@@ -4,8 +4,6 @@ dtype) for every (axis convention, null) pair, checked against the claim test's 
 independent route; and the optimal cosine's bounds, which decide a `p2` verdict only when both
 ends give the same one."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -14,36 +12,9 @@ from claims import claim_v, value_layer, verdicts
 from claims import multiverse as mv
 from fixtures.engine import multiverse_v_grid as fmv
 from fixtures.engine.layer_context import LayerContext
-from fixtures.engine.model_run import ModelRun
-from fixtures.engine.run_options import RunOptions
+from tests._synthetic_run import B, D, H, N, SyntheticRun
 
 S, R, I, U = verdicts.SUPPORTED, verdicts.REFUTED, verdicts.INCONCLUSIVE, verdicts.UNDETERMINED
-B, H, N, D = 6, 2, 12, 4
-
-
-class SyntheticRun(ModelRun):
-    """One layer of captured q, k, v without a model: samples 0-3 have N tokens, 4-5 have N - 2
-    (so the layer has two token-count groups, as a text model's has)."""
-
-    def __init__(self, seed: int = 0):
-        super().__init__(SimpleNamespace(key="synthetic"), RunOptions(), cache=None)
-        g = torch.Generator().manual_seed(seed)
-        k = torch.randn(B, H, N, D, generator=g)
-        v = torch.randn(B, H, N, D, generator=g)
-        mask = torch.ones(B, N, dtype=torch.bool)
-        mask[4:, N - 2:] = False
-        self._data = {"q": k.clone(), "k": k, "v": v, "token_mask": mask}
-        self._info = {"input_set": {"n_samples": B, "names": [f"s{i}" for i in range(B)]},
-                      "n_heads": H, "head_dim": D, "scale": None, "n_layers": 1,
-                      "capture_key": "synthetic"}
-
-    def prepare(self) -> dict:
-        return self._info
-
-    def layer_qkv(self, layer: int) -> dict:
-        return self._data
-
-
 COMBOS = [(False, "float64"), (True, "float64"), (False, "float32")]
 
 

@@ -156,43 +156,17 @@ def test_report_diff_applies_the_widths_and_ignores_them_as_results():
     assert d.status == diff.CHANGED and "round-off width" in d.outside[0]
 
 
-class _OneLayerRun:
-    """A factory of ModelRuns over one synthetic layer (no model, no capture) sharing a cache."""
-
-    B, H, N, D = 3, 2, 10, 4
-
-    def __init__(self, cache_dir):
-        from fixtures.cache import Cache
-
-        g = torch.Generator().manual_seed(3)
-        k = torch.randn(self.B, self.H, self.N, self.D, generator=g, dtype=F64)
-        self.data = {"q": k.clone(), "k": k,
-                     "v": torch.randn(self.B, self.H, self.N, self.D, generator=g, dtype=F64),
-                     "token_mask": torch.ones(self.B, self.N, dtype=torch.bool)}
-        self.info = {"input_set": {"n_samples": self.B, "names": ["s0", "s1", "s2"]},
-                     "n_heads": self.H, "head_dim": self.D, "scale": None, "n_layers": 1,
-                     "capture_key": "synthetic", "modality": "image"}
-        self.cache = Cache(str(cache_dir))
-
-    def run(self, tag: str = ""):
-        from types import SimpleNamespace
-
-        from fixtures.engine.model_run import ModelRun
-        from fixtures.engine.run_options import RunOptions
-
-        run = ModelRun(SimpleNamespace(key="synthetic"), RunOptions(), self.cache, tag=tag)
-        run._info = self.info
-        run.layer_qkv = lambda layer: self.data
-        return run
-
-
 @pytest.mark.parametrize("claim", ["V", "E"])
 def test_derived_runs_skip_the_twins_under_their_own_cache_key(tmp_path, claim):
     """The main run's metrics carry twins; a specification or checkpoint run's do not (they feed
     summaries, never a diff), with every other number the same to the bit and cached apart, so
     neither reads the other's entry."""
-    runs = _OneLayerRun(tmp_path)
-    main, derived = runs.run(), runs.run("step 45")
+    from fixtures.cache import Cache
+
+    from tests._synthetic_run import SyntheticRun
+
+    cache = Cache(str(tmp_path))
+    main, derived = SyntheticRun(cache=cache), SyntheticRun(cache=cache, tag="step 45")
     assert main.round_off_twins and not derived.round_off_twins
     with_twins, without = main.layer_metrics(claim, 0), derived.layer_metrics(claim, 0)
     assert any(round_off.is_twin(n) for n in with_twins)
