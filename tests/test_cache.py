@@ -229,3 +229,30 @@ def test_the_capture_key_covers_the_model_side_by_its_imports():
             "fixtures.inputs.images", "fixtures.inputs.texts", "fixtures.training.model"} <= covered
     assert not any(name.startswith(("claims", "fixtures.engine", "fixtures.plugin"))
                    for name in covered)
+
+
+def test_size_limit_counts_own_writes_and_measures_again_when_stale(tmp_path, monkeypatch):
+    """After a write the cache is measured whole only when this process's running count passes
+    the limit or is older than RESCAN_SECONDS; what another process wrote meanwhile is evicted
+    at the next measurement."""
+    from fixtures import cache as cache_module
+
+    calls = []
+    cache = Cache(tmp_path, max_bytes=2500)
+    real = cache.enforce_limit
+    monkeypatch.setattr(cache, "enforce_limit", lambda keep=None: calls.append(keep) or real(keep))
+    cache.get_or_create("ns", "k0", lambda f: _write(f, "x" * 100))
+    cache.get_or_create("ns", "k1", lambda f: _write(f, "x" * 100))
+    assert len(calls) == 1  # the first write measures; the second is counted
+    other = Cache(tmp_path, max_bytes=2500)  # another process fills the cache past the limit
+    for i in range(3):
+        time.sleep(0.02)
+        other.get_or_create("ns", f"o{i}", lambda f: _write(f, "x" * 1000))
+    cache.get_or_create("ns", "k2", lambda f: _write(f, "x" * 100))
+    assert len(calls) == 1 and cache.size_bytes() > 2500  # not yet seen by this process
+    monkeypatch.setattr(cache_module, "RESCAN_SECONDS", 0.0)
+    cache.get_or_create("ns", "k3", lambda f: _write(f, "x" * 100))
+    assert len(calls) == 2 and cache.size_bytes() <= 2500 + 3000
+    assert "k0" not in {p.name for p in cache.entries()}  # the least recently used went first
+    cache.get_or_create("ns", "k4", lambda f: _write(f, "x" * 3000))  # its own write passes it
+    assert len(calls) == 3
