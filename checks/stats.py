@@ -89,13 +89,35 @@ def percentile_interval(draws: torch.Tensor, level: float = 0.95,
         return torch.full((*draws.shape[1:], 2), math.nan, dtype=torch.float64)
     big = torch.finfo(torch.float64).max  # ±inf draws (an undefined ratio) stay ±inf, not NaN
     finite = draws.clamp(-big, big)
-    quantile = torch.nanquantile if bool(torch.isnan(draws).any()) else torch.quantile
-    out = quantile(finite, q, dim=0)
+    has_nan = bool(torch.isnan(draws).any())
+    quantile = torch.nanquantile if has_nan else torch.quantile
+    out = quantile(finite, q, dim=0) if has_nan or finite.ndim == 0 else _linear_quantiles(finite, q)
     if bool(torch.isinf(draws).any()):  # interpolating towards an infinite neighbour gives ±inf
         above = quantile(finite, q, dim=0, interpolation="higher")
         below = quantile(finite, q, dim=0, interpolation="lower")
         out = torch.where(above >= big, math.inf, torch.where(below <= -big, -math.inf, out))
     return out.movedim(0, -1)
+
+
+def _linear_quantiles(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``torch.quantile(x, q, dim=0)`` (linear interpolation, ``x`` without NaN), the same bits,
+    from the few order statistics each quantile needs (``topk`` from the nearer end) instead of
+    a sort of every column: rank r = q·(R − 1), value x₍⌊r⌋₎ + (r − ⌊r⌋)·(x₍⌈r⌉₎ − x₍⌊r⌋₎) by
+    ``torch.lerp`` as torch.quantile computes it. A bootstrap interval reads 2 of 1000 ranks."""
+    r = x.shape[0]
+    ranks = q * (r - 1)
+    below, above, weight = ranks.to(torch.long), ranks.ceil().to(torch.long), ranks - ranks.floor()
+    out = []
+    for i in range(q.shape[0]):
+        lo, hi = int(below[i]), int(above[i])
+        if lo + 1 <= r - lo:  # the lower half: the hi + 1 smallest, ascending
+            ends = x.topk(hi + 1, dim=0, largest=False).values
+            pair = ends[lo], ends[hi]
+        else:  # the upper half: the r − lo largest, descending (ends[j] is rank r − 1 − j)
+            ends = x.topk(r - lo, dim=0, largest=True).values
+            pair = ends[r - 1 - lo], ends[r - 1 - hi]
+        out.append(torch.lerp(*pair, weight[i]))
+    return torch.stack(out)
 
 
 def bootstrap_ratio_ci(sums: torch.Tensor, counts: torch.Tensor, seed: int,

@@ -331,3 +331,19 @@ def test_p2_code_on_a_subset_is_recorded_with_its_units_and_the_exact_means_ther
         assert rec["metrics"][name] == full["metrics"][name]  # the judged means: every sample
     model = claim_v.model_record("synthetic", {0: layer}, [0], {})
     assert model["p2_code_units"] == 3 and model["p2_code"] == pytest.approx(rec["p2_code"])
+
+
+@pytest.mark.parametrize("resamples", [1, 2, 37, 999, 1000, 1001])
+def test_percentile_interval_has_torch_quantiles_bits(resamples):
+    """The interval's order statistics come from ``topk``; the values are torch.quantile's to the
+    bit, ties, both tails, 1-D and 3-D draws, every level included."""
+    for trial in range(12):
+        g = torch.Generator().manual_seed(resamples * 100 + trial)
+        shape = [(resamples,), (resamples, 1), (resamples, 17), (resamples, 5, 3)][trial % 4]
+        draws = torch.randn(*shape, generator=g, dtype=torch.float64) * 10.0 ** (trial % 5 - 2)
+        if trial % 3 == 0:
+            draws = draws.round(decimals=1)  # ties
+        for level in (0.95, 0.5, 0.9, 0.999):
+            q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+            expected = torch.quantile(draws, q, dim=0).movedim(0, -1)
+            assert torch.equal(stats.percentile_interval(draws, level), expected)
