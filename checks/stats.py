@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -146,6 +147,14 @@ def bootstrap_mean_ci(values: torch.Tensor, seed: int, resamples: int = BOOTSTRA
     return (draws, ci) if values.ndim > 1 else (draws[:, 0], ci[0])
 
 
+@functools.lru_cache(maxsize=8)
+def _random_signs(seed: int, n: int, resamples: int) -> torch.Tensor:
+    """The Monte Carlo sign matrix [resamples, n] of ±1.0 of :func:`sign_flip_pvalues` (read,
+    never written: kept, since a model's seeds recur in every rule set and specification)."""
+    gen = torch.Generator().manual_seed(seed)
+    return 1.0 - 2.0 * torch.randint(0, 2, (resamples, n), generator=gen).to(torch.float64)
+
+
 def sign_flip_pvalues(diff: torch.Tensor, keep: torch.Tensor | None, seed: int,
                       resamples: int = PERMUTATION_RESAMPLES) -> torch.Tensor:
     """One-sided paired sign-flip permutation test of H0 "metric − null is symmetric about 0"
@@ -175,9 +184,8 @@ def sign_flip_pvalues(diff: torch.Tensor, keep: torch.Tensor | None, seed: int,
         signs = 1.0 - 2.0 * patterns.to(torch.float64)  # [2**n, n], row 0 = all +1
         stats = signs @ d
         return (stats >= observed - tol).to(torch.float64).mean(0)
-    gen = torch.Generator().manual_seed(int(seed))
-    signs = 1.0 - 2.0 * torch.randint(0, 2, (int(resamples), n), generator=gen).to(torch.float64)
-    count = ((signs @ d) >= observed - tol).to(torch.float64).sum(0)
+    count = ((_random_signs(int(seed), n, int(resamples)) @ d) >= observed - tol
+             ).to(torch.float64).sum(0)
     return (1.0 + count) / (resamples + 1.0)
 
 
