@@ -222,10 +222,23 @@ class KeyGram:
 
     @functools.cached_property
     def undetermined(self) -> torch.Tensor:
-        """μ_d ≤ N·ε·‖K_φ‖₂, bool [...]; always True when N < d (V̂ cannot have d columns)."""
-        if self.d <= self.n:
-            return self._unit_mu[..., self.d - 1] <= self._unit_threshold
-        return torch.ones(self._peak.shape, dtype=torch.bool, device=self._peak.device)
+        """μ_d ≤ N·ε·‖K_φ‖₂, bool [...]; always True when N < d (V̂ cannot have d columns).
+
+        The Lanczos estimate of ‖K_φ‖₂ is computed only for the items whose answer needs it:
+        K_φ has positive entries, so ‖K_φ‖₂ is at most its largest row sum, and μ_d above N·ε
+        times that is determined whatever the estimate (a lower bound of ‖K_φ‖₂) would be."""
+        if self.d > self.n:
+            return torch.ones(self._peak.shape, dtype=torch.bool, device=self._peak.device)
+        mu = self._unit_mu[..., self.d - 1]
+        if "_unit_threshold" in self.__dict__:  # already estimated (``threshold`` was read)
+            return mu <= self._unit_threshold
+        unit = self._unit
+        bound = self.n * torch.finfo(unit.dtype).eps * unit.sum(-1).amax(-1)
+        out = torch.zeros(mu.shape, dtype=torch.bool, device=mu.device)
+        need = mu <= bound
+        if bool(need.any()):
+            out[need] = mu[need] <= undetermined_threshold(unit[need])
+        return out
 
     @property
     def gram(self) -> torch.Tensor:

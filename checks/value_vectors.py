@@ -77,6 +77,7 @@ def value_vector_metrics_batched(
     dtype: torch.dtype = DEFAULT_DTYPE,
     defer_matching: bool = False,
     round_off: bool = False,
+    flags: bool = True,
     atol: float,
     rtol: float,
 ) -> dict[str, torch.Tensor]:
@@ -114,6 +115,9 @@ def value_vector_metrics_batched(
         moved by round-off alone (:func:`checks.round_off.value_twin_inputs`), as
         ``"twin_<name>"``; with ``defer_matching``, the twin's cosine matrices as
         ``"twin_cosine_matrices"`` [2, ..., N, N] instead of the optimal cosine's twins.
+    flags : bool
+        False: the metrics alone, without ``undetermined``, ``mu_d``, ``threshold`` (a Lanczos
+        estimate) and ``effective_rows`` (the round-off twin reads only the metrics).
     atol, rtol : float
         Tolerances of the allclose rate, |V − V̂| ≤ atol + rtol·|V̂| elementwise. No default: the
         caller passes ``[claim_v.allclose]`` of ``claims/thresholds.toml`` (method §2.1, §9).
@@ -188,13 +192,14 @@ def value_vector_metrics_batched(
     else:
         optimal = matched_cosine(cos)
         out["optimal_cosine"], out["optimal_cosine_null"] = optimal[0], optimal[1]
-    out["undetermined"] = gram.undetermined
-    if d <= n:
-        out["mu_d"] = gram.eigenvalues[..., d - 1]
-    else:
-        out["mu_d"] = torch.zeros(batch_shape, dtype=gram.eigenvalues.dtype, device=k.device)
-    out["threshold"] = gram.threshold
-    out["effective_rows"] = effective_rows(gram.log_g)  # method §2.2: degenerate when ≈ 1
+    if flags:
+        out["undetermined"] = gram.undetermined
+        if d <= n:
+            out["mu_d"] = gram.eigenvalues[..., d - 1]
+        else:
+            out["mu_d"] = torch.zeros(batch_shape, dtype=gram.eigenvalues.dtype, device=k.device)
+        out["threshold"] = gram.threshold
+        out["effective_rows"] = effective_rows(gram.log_g)  # method §2.2: degenerate when ≈ 1
     if round_off:
         out.update(_twin(k, v, dtype=dtype, atol=atol, rtol=rtol, scale=scale,
                          standardize=standardize, convention=convention,
@@ -216,7 +221,8 @@ def _twin(k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype,
     from .round_off import value_twin_inputs
 
     k2, v2 = value_twin_inputs(k.to(dtype), v.to(dtype))
-    twin = value_vector_metrics_batched(k2, v2, dtype=dtype, defer_matching=True, **settings)
+    twin = value_vector_metrics_batched(k2, v2, dtype=dtype, defer_matching=True, flags=False,
+                                        **settings)
     out = {f"twin_{key}": twin[key] for name in METRIC_NAMES for key in (name, f"{name}_null")
            if key in twin}
     out["twin_cosine_matrices"] = twin["cosine_matrices"]

@@ -160,16 +160,26 @@ def test_a_float32_failure_is_an_error_of_that_combination_only():
     assert not any("dtype=float32" in key for key in metrics)
 
 
-def test_the_undetermined_flag_skips_lanczos_only_where_the_row_sum_bound_decides():
+def test_the_undetermined_flag_skips_lanczos_only_where_the_row_sum_bound_decides(monkeypatch):
+    from checks import gram as gram_module
     from checks.gram import KeyGram
 
     g = torch.Generator().manual_seed(1)
     k = torch.randn(3, 2, 10, 4, generator=g, dtype=torch.float64)
     k[0, 0] = k[0, 0, :1].expand(10, 4)  # one repeated key: rank 1, μ_d at round-off
-    k[1, 1, :, 1:] = 0.0  # keys on a line: μ_d at round-off as well
+    estimated = []
+    real = gram_module.undetermined_threshold
+    monkeypatch.setattr(gram_module, "undetermined_threshold",
+                        lambda unit: estimated.append(unit.shape[0]) or real(unit))
     for dtype in (torch.float64, torch.float32):
-        gram = KeyGram(k, dtype=dtype, top=4)
-        assert torch.equal(fmv._undetermined(gram, 4), gram.undetermined)
-        assert bool(gram.undetermined[0, 0]) and not bool(gram.undetermined[2, 0])
+        estimated.clear()
+        fast = KeyGram(k, dtype=dtype, top=4).undetermined
+        assert len(estimated) == 1 and 1 <= estimated[0] < 6  # Lanczos only where undecided
+        full = KeyGram(k, dtype=dtype, top=4)
+        full.threshold  # the estimate of every item first: the decision of the method's rule
+        assert torch.equal(fast, full.undetermined)
+        assert bool(fast[0, 0]) and not bool(fast[2, 0])
+    estimated.clear()
+    assert not bool(KeyGram(k[2:], top=4).undetermined.any()) and estimated == []
     short = KeyGram(k[..., :3, :], top=4)  # N = 3 < d = 4: never determined
-    assert bool(fmv._undetermined(short, 4).all())
+    assert bool(short.undetermined.all())
