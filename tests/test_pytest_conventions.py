@@ -92,3 +92,21 @@ def test_last_failed_works_for_the_project_tests(tmp_path):
     assert again.returncode == 1
     assert "1 failed" in again.stdout and "passed" not in again.stdout.splitlines()[-1]
     assert "run-last-failure" in again.stdout
+
+
+def test_doctests_of_the_claims_modules_are_not_claim_tests(tmp_path):
+    """``pytest --doctest-modules claims/verdicts.py`` runs the doctests as pytest would: no
+    "finished without a result record" fault, no results.json; a doctest beside claim tests is
+    not counted among them."""
+    from fixtures.plugin.state import is_claim_test
+
+    assert is_claim_test("claims/test_value_vectors.py::test_value_vectors[m-L00-H0]")
+    assert is_claim_test("claims/test_gram_spectrum.py::TestX::test_y[a.b]")
+    assert not is_claim_test("claims/verdicts.py::claims.verdicts.missing_reason")
+    assert not is_claim_test("claims/test_rpc_attention.py::claims.test_rpc_attention.helper")
+    out = tmp_path / "out"
+    done = _pytest("--doctest-modules", "claims/verdicts.py", "claims/multiverse.py", "-p",
+                   "no:cacheprovider", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "passed" in done.stdout.splitlines()[-1] and "fault" not in done.stdout
+    assert not out.exists()
