@@ -193,12 +193,13 @@ def value_vector_metrics_batched(
         optimal = matched_cosine(cos)
         out["optimal_cosine"], out["optimal_cosine_null"] = optimal[0], optimal[1]
     if flags:
+        threshold = gram.threshold  # every item's Lanczos estimate (recorded): the flag reuses it
         out["undetermined"] = gram.undetermined
         if d <= n:
             out["mu_d"] = gram.eigenvalues[..., d - 1]
         else:
             out["mu_d"] = torch.zeros(batch_shape, dtype=gram.eigenvalues.dtype, device=k.device)
-        out["threshold"] = gram.threshold
+        out["threshold"] = threshold
         out["effective_rows"] = effective_rows(gram.log_g)  # method §2.2: degenerate when ≈ 1
     if round_off:
         out.update(_twin(k, v, dtype=dtype, atol=atol, rtol=rtol, scale=scale,
