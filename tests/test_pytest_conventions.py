@@ -103,7 +103,9 @@ def test_doctests_of_the_claims_modules_are_not_claim_tests(tmp_path):
     assert is_claim_test("claims/test_value_vectors.py::test_value_vectors[m-L00-H0]")
     assert is_claim_test("claims/test_gram_spectrum.py::TestX::test_y[a.b]")
     assert not is_claim_test("claims/verdicts.py::claims.verdicts.missing_reason")
+    assert is_claim_test("::test_attention_entropy[tiny-vit-digits-softmax-L00-H0]")  # outside rootdir
     assert not is_claim_test("claims/test_rpc_attention.py::claims.test_rpc_attention.helper")
+    assert not is_claim_test("claims/test_value_vectors.py")
     out = tmp_path / "out"
     done = _pytest("--doctest-modules", "claims/verdicts.py", "claims/multiverse.py", "-p",
                    "no:cacheprovider", "--out", str(out))
