@@ -52,22 +52,54 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
     if not isinstance(ys, torch.Tensor) or ys.ndim != x.ndim + 1:
         raise ValueError("ys must stack the targets along a new leading axis: [T, ..., N, d]")
     check_pair(x.expand_as(ys), ys)  # shapes, dtypes and finiteness of both, once
-    xb, xs, yss = x.unsqueeze(0), peak_one(x), peak_one(ys)
-    ux, uy = unit_rows(xs).unsqueeze(0), unit_rows(yss)
-    out = {
-        "direct_cosine": direct_pair(ux, uy),
-        "linear_cka": linear_cka_pair(tuple(t.unsqueeze(0) for t in linear_cka_operand(xs)),
-                                       linear_cka_operand(yss)),
-        "kernel_cka": gram_cka_pair(kernel_cka_operand(xs).unsqueeze(0),
-                                     kernel_cka_operand(yss)),
-        "relative_frobenius": relative_frobenius_pair(xb, ys),
-        "pearson": direct_pair(pearson_operand(xs).unsqueeze(0), pearson_operand(yss)),
-        "allclose": allclose_pair(xb, ys, atol, rtol),
-        "subspace_overlap": overlap_pair(
-            tuple(t.unsqueeze(0) for t in orthonormal_column_basis(xs)),
-            orthonormal_column_basis(yss)),
+    ox, oy = leading(operands(x)), operands(ys)
+    return pair_metrics(ox, oy, atol=atol, rtol=rtol), cosine_pair(ox["unit"], oy["unit"])
+
+
+def operands(x: torch.Tensor) -> dict:
+    """Each metric's own side of :func:`metric_suite` for x [..., N, d] (a stack of targets
+    too): the raw matrix (entrywise metrics), unit rows (cosines), the linear and kernel CKA
+    operands, the Pearson operand and the orthonormal column basis, all of x at peak 1. No input
+    checks: :func:`metric_suite` and its callers check x once."""
+    xs = peak_one(x)
+    return {"raw": x, "unit": unit_rows(xs), "linear": linear_cka_operand(xs),
+            "kernel": kernel_cka_operand(xs), "pearson": pearson_operand(xs),
+            "basis": orthonormal_column_basis(xs)}
+
+
+def leading(ops: dict) -> dict:
+    """:func:`operands` with a new leading axis of size 1 on every tensor (x against T targets)."""
+    return {name: (tuple(t.unsqueeze(0) for t in op) if isinstance(op, tuple) else op.unsqueeze(0))
+            for name, op in ops.items()}
+
+
+def permuted(ops: dict, perm: torch.Tensor) -> dict:
+    """The :func:`operands` of ΠX, x's tokens (rows) in the order ``perm`` [..., N], from those of
+    x: every operand is x's with its token axis permuted (rows; the kernel CKA operand's rows and
+    columns), since the peak, the per-row scalings, the token means and the column space do not
+    depend on token order. Equal to ``operands(x[..., perm, :])`` up to round-off (its sums run
+    in another order), at the cost of a gather (method §2.3: the token-shuffled null ΠV̂)."""
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        return t.gather(-2, perm.unsqueeze(-1).expand(*perm.shape, t.shape[-1]))
+
+    (xc, self_x), (q, rank) = ops["linear"], ops["basis"]
+    return {"raw": rows(ops["raw"]), "unit": rows(ops["unit"]), "linear": (rows(xc), self_x),
+            "kernel": rows(rows(ops["kernel"]).transpose(-1, -2)).transpose(-1, -2),
+            "pearson": rows(ops["pearson"]), "basis": (rows(q), rank)}
+
+
+def pair_metrics(ox: dict, oy: dict, *, atol: float, rtol: float) -> dict[str, torch.Tensor]:
+    """Every metric of :data:`SUITE_NAMES` from x's operands (:func:`leading`) and the targets'
+    [T, ...]: the pairing step of :func:`metric_suite`."""
+    return {
+        "direct_cosine": direct_pair(ox["unit"], oy["unit"]),
+        "linear_cka": linear_cka_pair(ox["linear"], oy["linear"]),
+        "kernel_cka": gram_cka_pair(ox["kernel"], oy["kernel"]),
+        "relative_frobenius": relative_frobenius_pair(ox["raw"], oy["raw"]),
+        "pearson": direct_pair(ox["pearson"], oy["pearson"]),
+        "allclose": allclose_pair(ox["raw"], oy["raw"], atol, rtol),
+        "subspace_overlap": overlap_pair(ox["basis"], oy["basis"]),
     }
-    return out, cosine_pair(ux, uy)
 
 
 def suite_cosines(x: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:

@@ -220,20 +220,32 @@ V_UPPER = {"optimal_cosine": "optimal_cosine_hi", "optimal_cosine_null": "optima
 
 def v_outcomes_bounded(model: str, per_layer: dict, heads: list[int], rules: str) -> dict | None:
     """Claim V's records of one compute combination whose optimal cosine is known only between
-    bounds (lower: the identity matching; upper: the mean row maximum of the cosine matrix),
-    without the Hungarian matching. The `ours` rules do not judge the optimal cosine
-    (``[claim_v.ours]``); the `p2` rules judge its mean against bars, and their verdict can only
-    rise with it, so it is exact when the lower and the upper bound give the same verdict.
+    bounds, when no verdict depends on where between them it lies (:func:`v_bounded`), else
+    None: then the caller matches."""
+    outcome, open_units = v_bounded(model, per_layer, heads, rules)
+    return outcome if open_units == [] else None
 
-    Returns the records (:func:`v_outcomes`, built on the lower bound) with each p2 verdict
-    checked at the upper bound and the model record's ``optimal_cosine`` replaced by None and
-    its bounds (``optimal_cosine_bounds``); None when some unit's or the model's verdict differs
-    between the bounds, or an `ours` rule judges the optimal cosine: then the caller matches."""
+
+def v_bounded(model: str, per_layer: dict, heads: list[int],
+              rules: str) -> tuple[dict | None, list[tuple[int, int]] | None]:
+    """Claim V's records of one compute combination whose optimal cosine is known only between
+    bounds (lower: the identity matching; upper: the mean row maximum of the cosine matrix; a
+    unit whose exact value is known carries it as both), without the Hungarian matching. The
+    `ours` rules do not judge the optimal cosine (``[claim_v.ours]``); the `p2` rules judge its
+    mean against bars, and their verdict can only rise with it, so a verdict is exact when the
+    lower and the upper bound give the same one.
+
+    Returns ``(outcome, open_units)``: the records (:func:`v_outcomes`, built on the lower bound,
+    the model record's ``optimal_cosine`` replaced by None and its bounds
+    ``optimal_cosine_bounds``) and the (layer, head) units whose p2 verdict differs between the
+    bounds (``[]``: every verdict is exact). ``open_units`` is None, and so is the outcome, when
+    the model record's verdict differs between the bounds or an `ours` rule judges the optimal
+    cosine: then every head needs its exact value."""
     from . import claim_v
 
     if any(r.metric in V_UPPER for kind in ("supported", "refuted")
            for r in verdicts.ours_rules(claim_v.RULES, kind)):
-        return None
+        return None, None
     base = {l: {n: t for n, t in m.items() if n not in V_UPPER.values()}
             for l, m in per_layer.items()}
     outcome = v_outcomes(model, base, heads, rules)
@@ -249,21 +261,19 @@ def v_outcomes_bounded(model: str, per_layer: dict, heads: list[int], rules: str
         metrics = {**rec["metrics"], "optimal_cosine": upper_mean(values, undetermined)}
         return verdicts.judge(claim_v.RULES, metrics).verdict == rec["verdicts"]["p2"]
 
-    for layer in layers:
-        m = per_layer[layer]
-        for head in heads:
-            rec = outcome["units"][f"L{layer:02d}-H{head}"]
-            if not same_at_upper(rec, m["optimal_cosine_hi"][:, head], m["undetermined"][:, head]):
-                return None
     hi = torch.cat([per_layer[l]["optimal_cosine_hi"][:, heads] for l in layers], dim=1)
     undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
     model_rec = outcome["model"]
     if not same_at_upper(model_rec, hi, undet):
-        return None
+        return None, None
+    open_units = [(layer, head) for layer in layers for head in heads
+                  if not same_at_upper(outcome["units"][f"L{layer:02d}-H{head}"],
+                                       per_layer[layer]["optimal_cosine_hi"][:, head],
+                                       per_layer[layer]["undetermined"][:, head])]
     lo = model_rec["metrics"]["optimal_cosine"]
     model_rec["metrics"] = {**model_rec["metrics"], "optimal_cosine": None}
     model_rec["optimal_cosine_bounds"] = [lo, upper_mean(hi, undet)]
-    return outcome
+    return outcome, open_units
 
 
 def j_outcomes(model: str, per_layer: dict, heads: list[int], rules: str) -> dict:

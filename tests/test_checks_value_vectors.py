@@ -406,6 +406,32 @@ def test_metric_suite_equals_each_metric_function_per_target():
                                    rtol=0, atol=1e-14)
 
 
+def test_permuted_operands_give_the_metrics_of_the_token_shuffled_target():
+    """The null ΠV̂'s metrics from V̂'s operands with the tokens permuted equal the suite run on
+    ΠV̂ itself (round-off apart: token sums run in another order), for every metric, a
+    rank-deficient target included; the entrywise and per-row ones bit for bit."""
+    from checks.nulls import shuffled_token_null
+
+    x = torch.randn(3, 2, 41, 8, generator=gen(11), dtype=F64)
+    y = torch.randn(3, 2, 41, 8, generator=gen(12), dtype=F64) * 3.0
+    y[1, 0, :, 5:] = y[1, 0, :, :3] @ torch.randn(3, 3, generator=gen(13), dtype=F64)  # rank 5
+    g = gen(14)
+    perm = torch.stack([torch.stack([torch.randperm(41, generator=g) for _ in range(2)])
+                        for _ in range(3)])
+    want, _ = metric_suite.metric_suite(x, shuffled_token_null(y, perm).unsqueeze(0), **TOL)
+    ox = metric_suite.leading(metric_suite.operands(x))
+    got = metric_suite.pair_metrics(
+        ox, metric_suite.leading(metric_suite.permuted(metric_suite.operands(y), perm)), **TOL)
+    for name in metric_suite.SUITE_NAMES:
+        if name in ("allclose", "relative_frobenius", "direct_cosine", "pearson"):
+            assert torch.equal(got[name], want[name]), name
+        else:
+            torch.testing.assert_close(got[name], want[name], rtol=1e-12, atol=1e-13)
+    # and it is a null: not the metric of the unshuffled target
+    same, _ = metric_suite.metric_suite(x, y.unsqueeze(0), **TOL)
+    assert not torch.allclose(same["kernel_cka"], got["kernel_cka"])
+
+
 def test_metric_suite_rejects_unstacked_targets():
     x = torch.randn(4, 40, 8, dtype=F64)
     with pytest.raises(ValueError, match=r"\[T, \.\.\., N, d\]"):

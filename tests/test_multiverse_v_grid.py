@@ -64,9 +64,9 @@ def test_the_matching_sees_the_suites_own_cosine_matrices(grids, std, dtype):
     info = run.prepare()
     for chunk, heads, k, v, perm, a0 in fmv._v_batches(run, 0):
         gram = KeyGram(k, scale=info["scale"], standardize=std, dtype=tdtype, top=D)
-        vv, targets = fmv._v_targets(run, info, gram, k, v, a0, perm, tdtype)
+        vv, targets = fmv._v_targets(run, info, gram, k, v, a0, tdtype)
         _suite, cos = metric_suite.metric_suite(vv, targets, **verdicts.allclose_tolerance())
-        for name, ti in (("p2", 0), ("kpca", 1), ("random-basis", 4)):
+        for ti, name in enumerate(fmv.TARGETS):
             want = torch.stack([row_similarity.matched_cosine(c) for c in cos[ti]]).to(torch.float64)
             assert torch.equal(got[name][chunk, heads], want), name
     assert not torch.equal(got["p2"], got["random-basis"])
@@ -148,6 +148,52 @@ def test_bounds_that_straddle_a_p2_bar_ask_for_the_matching():
                                        "ours")
     assert both_below is not None and both_below["model"]["verdicts"]["p2"] == R
     assert all(u["verdicts"]["p2"] == R for u in both_below["units"].values())
+
+
+def test_only_the_heads_whose_p2_verdict_straddles_are_matched():
+    """A unit whose bounds straddle a p2 bar is open; the others and the model are decided by the
+    bounds. Matching just the open head (its exact value as both bounds) decides every verdict,
+    and they equal the records built on the exact values of every head."""
+    layer = _layer(0.1, 0.2, lin=0.05, ker=0.1)  # both bounds <= 0.32: p2 refutes
+    layer["optimal_cosine_hi"][:, 1] = 0.4  # head 1 straddles P2's refute bar; the model
+    layer["optimal_cosine_null_hi"][:, 1] = 0.4  # (mean of the heads, at most 0.3) does not
+    outcome, open_units = mv.v_bounded("m", {0: layer}, [0, 1], "ours")
+    assert open_units == [(0, 1)] and outcome is not None
+    assert mv.v_outcomes_bounded("m", {0: layer}, [0, 1], "ours") is None
+    for oc, verdict in ((0.2, R), (0.35, I)):  # the open head's exact value decides its verdict
+        exact = {"optimal_cosine": torch.full((B, H), oc, dtype=torch.float64),
+                 "optimal_cosine_null": torch.full((B, H), oc, dtype=torch.float64)}
+        partial = fmv.with_matched(layer, exact, [1])
+        assert torch.equal(partial["optimal_cosine"][:, 0], layer["optimal_cosine"][:, 0])
+        assert torch.equal(partial["optimal_cosine_hi"][:, 1], exact["optimal_cosine"][:, 1])
+        got, still_open = mv.v_bounded("m", {0: partial}, [0, 1], "ours")
+        assert still_open == []
+        assert got["units"]["L00-H1"]["verdicts"]["p2"] == verdict
+        assert got["units"]["L00-H0"]["verdicts"]["p2"] == R
+        # the same verdicts as the records on exact values everywhere (head 0 anywhere in its bounds)
+        for oc0 in (0.1, 0.2):
+            full = {n: t.clone() for n, t in layer.items() if n not in mv.V_UPPER.values()}
+            full["optimal_cosine"][:, 0], full["optimal_cosine"][:, 1] = oc0, oc
+            ref = mv.v_outcomes("m", {0: full}, [0, 1], "ours")
+            assert [u["verdicts"] for u in ref["units"].values()] == \
+                [u["verdicts"] for u in got["units"].values()]
+            assert ref["model"]["verdicts"] == got["model"]["verdicts"]
+
+
+def test_a_straddling_model_verdict_asks_for_every_head():
+    # both heads straddle, and so does the model's mean: no partial matching can decide it
+    outcome, open_units = mv.v_bounded("m", {0: _layer(0.1, 0.6, lin=0.05, ker=0.1)}, [0, 1],
+                                       "ours")
+    assert outcome is None and open_units is None
+
+
+def test_partial_matching_gives_the_full_matchings_values_for_its_heads():
+    run = SyntheticRun()
+    full = fmv.v_matched_layer(run, 0, False, "float64")
+    part = fmv.v_matched_layer(run, 0, False, "float64", heads=[1])
+    for name in fmv.TARGETS:
+        assert torch.isnan(part[name][:, 0]).all()
+        torch.testing.assert_close(part[name][:, 1], full[name][:, 1], rtol=0, atol=1e-12)
 
 
 def test_a_float32_failure_is_an_error_of_that_combination_only():
