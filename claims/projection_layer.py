@@ -60,10 +60,12 @@ def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 
 def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                 standardize: bool, convention: str, perm: torch.Tensor,
-                dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+                dtype: torch.dtype = torch.float64, fit: bool = True) -> dict[str, torch.Tensor]:
     """Claim J's terms of a batch of heads q, k, v [b, h, n, d] (one token count): the token
     means [b, h] of method §3.1, the output fit [b, h] of method §3.6 with ``perm`` [b, h, n]
-    the null's token permutations, and the per-token tensors [b, h, n] of :data:`TOKEN_TERMS`."""
+    the null's token permutations, and the per-token tensors [b, h, n] of :data:`TOKEN_TERMS`.
+    ``fit=False``: without the output fit (``output_r2``, ``output_r2_null``,
+    ``token_fit_h_sq``), for a run that reads J_proj's terms only."""
     from checks.gram import standardize_tokens
     from checks.projection import log_phi_sq_norm_p1_code, projection_terms_batched
 
@@ -74,12 +76,14 @@ def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     if standardize:
         qd, kd = standardize_tokens(qd), standardize_tokens(kd)
     p1 = {"log_phi_sq": log_phi_sq_norm_p1_code(qd, kd, scale)}
-    fit = output_fit_terms(qd, kd, v.to(dtype), scale, convention, perm)
     n_tok = q.shape[-2]
+    fitted = {}
+    if fit:
+        terms = output_fit_terms(qd, kd, v.to(dtype), scale, convention, perm)
+        fitted = {"token_fit_h_sq": terms["fitted_h_sq"], "output_r2": terms["r2"],
+                  "output_r2_null": terms["r2_null"]}
     return {
-        "token_log_phi_sq": exact["log_phi_sq"], "token_h_sq": exact["h_sq"],
-        "token_fit_h_sq": fit["fitted_h_sq"],
-        "output_r2": fit["r2"], "output_r2_null": fit["r2_null"],
+        "token_log_phi_sq": exact["log_phi_sq"], "token_h_sq": exact["h_sq"], **fitted,
         # log of the token mean of ‖φ‖², exact even where ‖φ‖² underflows
         "log_phi_sq_mean": torch.logsumexp(exact["log_phi_sq"], -1) - math.log(n_tok),
         "phi_sq_mean": exact["phi_sq"].mean(-1),
@@ -116,10 +120,11 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
         perm = torch.stack([nulls[b][heads] for b in chunk]).to(k.device)
         try:
             values = batch_terms(q, k, v, info["scale"], ctx.options.standardize,
-                                 ctx.options.convention, perm, dtype)
+                                 ctx.options.convention, perm, dtype, fit=ctx.output_fit)
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         for name in TOKEN_TERMS:
-            values[name] = padded(values[name])
+            if name in values:
+                values[name] = padded(values[name])
         ctx.fill(out, chunk, heads, values)
     return out

@@ -63,3 +63,35 @@ def test_mixed_architectures_stop_naming_the_file(tmp_path):
                   str(folder / f"step_{step}.safetensors"))
     with pytest.raises(SeriesError, match="step_1.safetensors.*does not fit --arch"):
         series_specs(str(folder), "vit_tiny_patch16_224")
+
+
+def test_a_checkpoint_run_skips_claim_js_output_fit_under_its_own_cache_key(tmp_path):
+    """A series' checkpoints feed claim J's trend and the training dynamics, which read J_proj's
+    pooled terms only: their runs skip the output fit (method §3.6), every other number the same
+    to the bit, cached apart from a run that fits."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from claims import claim_j
+    from fixtures.cache import Cache
+    from fixtures.engine.claim_session import ClaimSession
+    from fixtures.engine.run_options import RunOptions
+    from tests._synthetic_run import SyntheticRun
+
+    cache = Cache(str(tmp_path))
+    full_run, point = SyntheticRun(cache=cache, tag="step 45"), SyntheticRun(cache=cache, tag="step 45")
+    point.output_fit = False
+    for run in (full_run, point):  # claim J needs the attention's scale
+        run._info = {**run._info, "scale": 0.5}
+    full, terms = full_run.layer_metrics("J", 0), point.layer_metrics("J", 0)
+    assert set(full) - set(terms) == {"output_r2", "output_r2_null", "token_fit_h_sq"}
+    assert set(terms) <= set(full)
+    for name, value in terms.items():  # NaN past a sample's own tokens
+        torch.testing.assert_close(value, full[name], rtol=0, atol=0, equal_nan=True, msg=name)
+    assert claim_j.pooled([terms], [0, 1]) == claim_j.pooled([full], [0, 1])
+    assert len(list((tmp_path / "claim_J").glob("*/metrics.safetensors"))) == 2
+    # the session marks every checkpoint run of a series so
+    spec = SimpleNamespace(key="m", source="local", checkpoint="x")
+    session = ClaimSession({}, RunOptions(cache_dir=str(tmp_path)), series={"s": [(0, spec), (9, spec)]})
+    assert [p.run.output_fit for p in session.series("s")] == [False, False]
