@@ -26,7 +26,7 @@ from .gamma_controls import eigen_control_twin, perturbed_axes  # noqa: F401 (pa
 from .gamma_precision import canonical_axes, overlap_precision
 from .round_off import relative_twin
 from .gram import DEFAULT_DTYPE, KeyGram
-from .invariant_subspace import invariance_overlap, invariant_subspace_residual
+from .invariant_subspace import subspace_measures
 from .nulls import shuffled_token_null
 
 
@@ -348,8 +348,7 @@ def _measures(centred: torch.Tensor, candidates: dict[str, torch.Tensor]
         out[name], out[f"{name}_abs"] = rel, absolute
     # the basis-free form of γ constancy: is span(Â) K̃-invariant? (method §4.2)
     for name, axes in candidates.items():
-        out[f"{name}_subspace"] = invariant_subspace_residual(centred, axes)
-        out[f"{name}_directions"] = invariance_overlap(centred, axes)
+        out[f"{name}_subspace"], out[f"{name}_directions"] = subspace_measures(centred, axes)
     return out, degenerate
 
 

@@ -28,12 +28,28 @@ def invariant_subspace_residual(centred_gram: torch.Tensor, axes: torch.Tensor) 
     >>> float(invariant_subspace_residual(k, torch.randn(8, 3, generator=g, dtype=torch.float64))) > 0.1
     True
     """
+    return _residual(*_basis_and_image(centred_gram, axes))
+
+
+def subspace_measures(centred_gram: torch.Tensor,
+                      axes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ρ(Â), ω(Â)) of :func:`invariant_subspace_residual` and :func:`invariance_overlap`, the
+    same bits, with the basis Q of span(Â) and its image K̃Q computed once for both."""
+    q, kq = _basis_and_image(centred_gram, axes)
+    return _residual(q, kq), _overlap(q, kq, None)
+
+
+def _basis_and_image(centred_gram: torch.Tensor,
+                     axes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q, an orthonormal basis of span(Â) (Â at peak 1 first), and K̃Q: what ρ and ω start from."""
     a = axes.to(torch.float64)
     peak = a.abs().amax(dim=(-2, -1), keepdim=True)
     a = a / torch.where(peak > 0, peak, torch.ones_like(peak))
     q, _ = torch.linalg.qr(a)
-    k = centred_gram.to(torch.float64)
-    kq = k @ q
+    return q, centred_gram.to(torch.float64) @ q
+
+
+def _residual(q: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
     resid = kq - q @ (q.transpose(-1, -2) @ kq)
     total = torch.linalg.matrix_norm(kq)
     return torch.where(total > 0, torch.linalg.matrix_norm(resid) / total.clamp_min(1e-300),
@@ -65,13 +81,29 @@ def invariance_overlap(centred_gram: torch.Tensor, axes: torch.Tensor,
     >>> float(invariance_overlap(k, torch.randn(8, 3, generator=g, dtype=torch.float64))) < 0.9
     True
     """
-    a = axes.to(torch.float64)
-    peak = a.abs().amax(dim=(-2, -1), keepdim=True)
-    a = a / torch.where(peak > 0, peak, torch.ones_like(peak))
-    q, _ = torch.linalg.qr(a)
-    image = centred_gram.to(torch.float64) @ q
+    return _overlap(*_basis_and_image(centred_gram, axes), rtol)
+
+
+def _overlap(q: torch.Tensor, image: torch.Tensor, rtol: float | None) -> torch.Tensor:
+    """ω from Q and the image K̃Q. The image's singular values come from the small R of its QR
+    factorisation; where every direction is kept (full rank, the usual case), the image's Q is
+    a basis of the kept directions and ω = ‖QᵀQ_image‖²_F / m. Only the other items take the SVD,
+    to drop the directions below round-off (about half the time of an SVD for every item)."""
+    tol = (q.shape[-2] * torch.finfo(torch.float64).eps) if rtol is None else rtol
+    m = image.shape[-1]
+    q_image, r = torch.linalg.qr(image)
+    s = torch.linalg.svdvals(r)                                          # the image's, [..., m]
+    full = (s > tol * s[..., :1]).all(dim=-1)
+    omega = ((q.transpose(-1, -2) @ q_image) ** 2).sum(dim=(-2, -1)) / m
+    if bool(full.all()):
+        return omega
+    part = ~full
+    return omega.masked_scatter(part, _overlap_svd(q[part], image[part], tol))
+
+
+def _overlap_svd(q: torch.Tensor, image: torch.Tensor, tol: float) -> torch.Tensor:
+    """ω with the image's directions from its SVD, those above ``tol`` times the largest kept."""
     u, s, _ = torch.linalg.svd(image, full_matrices=False)
-    tol = (a.shape[-2] * torch.finfo(torch.float64).eps) if rtol is None else rtol
     keep = (s > tol * s[..., :1]).to(torch.float64)                      # [..., m]
     cos2 = ((q.transpose(-1, -2) @ u) ** 2).sum(dim=-2)                  # per image direction
     count = keep.sum(dim=-1)

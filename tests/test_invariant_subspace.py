@@ -143,3 +143,20 @@ def test_a_gram_on_which_the_null_itself_meets_the_bar_is_undetermined():
     t["gamma_null_subspace"] = t["gamma_null_subspace"] + 0.5  # the null back past the bar
     assert claim_e.head_record("m", 0, 0, t, rules="ours")["verdicts"]["ours"] == \
         verdicts.SUPPORTED
+
+
+def test_both_measures_at_once_are_the_same_bits_as_each_alone():
+    """claim E's γ computes ρ and ω of a candidate from one basis and one image
+    (checks.invariant_subspace.subspace_measures): the same bits as the two functions, on a batch
+    with a rank-deficient span and a zero Gram matrix among its items."""
+    from checks.invariant_subspace import subspace_measures
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 20, 20, generator=g, dtype=torch.float64)
+    k = x @ x.transpose(-1, -2)
+    k[3] = 0.0
+    a = torch.randn(4, 20, 5, generator=g, dtype=torch.float64)
+    a[1, :, 4] = a[1, :, 0] * 2.0  # rank 4 of 5
+    rho, omega = subspace_measures(k, a)
+    assert torch.equal(rho, invariant_subspace_residual(k, a))
+    assert torch.equal(omega, invariance_overlap(k, a))
