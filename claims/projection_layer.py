@@ -19,20 +19,27 @@ TOKEN_TERMS = ("token_log_phi_sq", "token_h_sq", "token_fit_h_sq")
 # Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
 # a fixtures.engine.layer_context.LayerContext.
 def _output_fit_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                    convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The output fit of one head: q, k, v [n, d], perm [n]; see :func:`output_fit_terms`."""
+                    convention: str, perm: torch.Tensor,
+                    v_hat: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The output fit of one head: q, k, v [n, d], perm [n], ``v_hat`` [n, ≥ min(d, n)] (its
+    first min(d, n) columns are V̂; None: computed here); see :func:`output_fit_terms`."""
     from checks.gram import KeyGram
     from checks.nulls import shuffled_token_null
     from checks.output_fit import kpca_output_fit
 
     d = v.shape[-1]
-    v_hat = KeyGram(k, scale=scale, dtype=k.dtype, top=min(d, k.shape[-2])).kpca_values(convention)
+    top = min(d, k.shape[-2])
+    if v_hat is None:
+        v_hat = KeyGram(k, scale=scale, dtype=k.dtype, top=top).kpca_values(convention)
+    else:
+        v_hat = v_hat[..., :top]
     probs = torch.softmax(scale * q @ k.transpose(-1, -2), dim=-1)
     return kpca_output_fit(probs, v, v_hat, shuffled_token_null(v, perm))
 
 
 def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                     convention: str, perm: torch.Tensor) -> dict[str, torch.Tensor]:
+                     convention: str, perm: torch.Tensor,
+                     v_hat: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The KPCA output fit of method §3.6 for a batch [b, h, n, d] of (already cast and
     standardised) queries, keys and values: V̂ of the keys, the attention probabilities, the fit
     of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V.
@@ -44,15 +51,21 @@ def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     batch of N×N matrices with odd N every second one does not (measured on all-MiniLM-L6-v2,
     N = 79: V̂ from the batched eigh and softmax·V̂ of the odd heads differed in the last bits,
     ‖h*‖² by up to 4e-14 relative, between 12 heads in one batch and one head alone).
+
+    ``v_hat`` [b, h, n, ≥ min(d, n)]: V̂ computed by the caller (a specification of the curve
+    takes it from claim V's grid, whose batched eigendecomposition it is: its bits then depend on
+    the batch, method §14.1); None: each head's own.
     """
     lead = q.shape[:-2]
     n_items = math.prod(lead)
     if n_items == 0 or q.ndim == 2:
-        return _output_fit_one(q, k, v, scale, convention, perm)
+        return _output_fit_one(q, k, v, scale, convention, perm, v_hat)
     flat = [x.reshape(n_items, *x.shape[-2:]) for x in (q, k, v)] + [perm.reshape(n_items, -1)]
+    hats = None if v_hat is None else v_hat.reshape(n_items, *v_hat.shape[-2:])
     fresh = torch.contiguous_format
     items = [_output_fit_one(*(x[i].clone(memory_format=fresh) for x in flat[:3]), scale,
-                             convention, flat[3][i].clone(memory_format=fresh))
+                             convention, flat[3][i].clone(memory_format=fresh),
+                             None if hats is None else hats[i].clone(memory_format=fresh))
              for i in range(n_items)]
     return {name: torch.stack([item[name] for item in items]).reshape(*lead, *items[0][name].shape)
             for name in items[0]}
@@ -60,12 +73,14 @@ def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 
 def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                 standardize: bool, convention: str, perm: torch.Tensor,
-                dtype: torch.dtype = torch.float64, fit: bool = True) -> dict[str, torch.Tensor]:
+                dtype: torch.dtype = torch.float64, fit: bool = True,
+                v_hat: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Claim J's terms of a batch of heads q, k, v [b, h, n, d] (one token count): the token
     means [b, h] of method §3.1, the output fit [b, h] of method §3.6 with ``perm`` [b, h, n]
     the null's token permutations, and the per-token tensors [b, h, n] of :data:`TOKEN_TERMS`.
     ``fit=False``: without the output fit (``output_r2``, ``output_r2_null``,
-    ``token_fit_h_sq``), for a run that reads J_proj's terms only."""
+    ``token_fit_h_sq``), for a run that reads J_proj's terms only. ``v_hat``: the fit's V̂ when
+    the caller has it (:func:`output_fit_terms`)."""
     from checks.gram import standardize_tokens
     from checks.projection import log_phi_sq_norm_p1_code, projection_terms_batched
 
@@ -79,7 +94,7 @@ def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     n_tok = q.shape[-2]
     fitted = {}
     if fit:
-        terms = output_fit_terms(qd, kd, v.to(dtype), scale, convention, perm)
+        terms = output_fit_terms(qd, kd, v.to(dtype), scale, convention, perm, v_hat)
         fitted = {"token_fit_h_sq": terms["fitted_h_sq"], "output_r2": terms["r2"],
                   "output_r2_null": terms["r2_null"]}
     return {
@@ -120,7 +135,8 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
         perm = torch.stack([nulls[b][heads] for b in chunk]).to(k.device)
         try:
             values = batch_terms(q, k, v, info["scale"], ctx.options.standardize,
-                                 ctx.options.convention, perm, dtype, fit=ctx.output_fit)
+                                 ctx.options.convention, perm, dtype, fit=ctx.output_fit,
+                                 v_hat=ctx.shared_v_hat(chunk, heads, k) if ctx.output_fit else None)
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         for name in TOKEN_TERMS:

@@ -4,6 +4,8 @@ dtype) for every (axis convention, null) pair, checked against the claim test's 
 independent route; and the optimal cosine's bounds, which decide a `p2` verdict only when both
 ends give the same one."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -230,3 +232,35 @@ def test_the_undetermined_flag_skips_lanczos_only_where_the_row_sum_bound_decide
     assert not bool(KeyGram(k[2:], top=4).undetermined.any()) and estimated == []
     short = KeyGram(k[..., :3, :], top=4)  # N = 3 < d = 4: never determined
     assert bool(short.undetermined.all())
+
+
+def test_a_specifications_claim_j_takes_v_hat_from_the_grid_with_the_same_bits_as_its_own():
+    """A specification's claim J takes V̂ from claim V's grid (one batched eigendecomposition per
+    batch) instead of one per head: the same bits as computing that batched V̂ itself (a grid
+    read back from the cache leaves none behind), each batch's V̂ taken out of the store, and
+    the per-head route's numbers to round-off."""
+    from fixtures.engine.model_run import ModelRun
+
+    def j_run(store):
+        run = SyntheticRun(tag="specification std=on")
+        run._info = {**run._info, "scale": 0.5}
+        run.options = dataclasses.replace(run.options, standardize=True)
+        run.v_hat_store = store
+        return run
+
+    store: dict = {}
+    grid_run = j_run(None)
+    fmv.v_grid_layer(grid_run, 0, [(True, "float64"), (False, "float64")],
+                     v_hat_out={(True, "float64"): store}, convention="p2")
+    assert len(store) == 2  # one V̂ per batch (two token counts), only for the asked combination
+    shared = j_run(store).compute_layer("J", 0)
+    assert store == {}  # taken out as used
+    own_batched = j_run({}).compute_layer("J", 0)
+    per_head = j_run(None).compute_layer("J", 0)
+    assert set(shared) == set(per_head)
+    for name, value in shared.items():
+        torch.testing.assert_close(value, own_batched[name], rtol=0, atol=0, equal_nan=True,
+                                   msg=name)
+        torch.testing.assert_close(value, per_head[name], rtol=1e-9, atol=1e-12, equal_nan=True,
+                                   msg=name)
+    assert ModelRun.v_hat_store is None  # the claim tests' runs: each head its own V̂
