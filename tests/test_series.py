@@ -95,3 +95,10 @@ def test_a_checkpoint_run_skips_claim_js_output_fit_under_its_own_cache_key(tmp_
     spec = SimpleNamespace(key="m", source="local", checkpoint="x")
     session = ClaimSession({}, RunOptions(cache_dir=str(tmp_path)), series={"s": [(0, spec), (9, spec)]})
     assert [p.run.output_fit for p in session.series("s")] == [False, False]
+    # and every checkpoint of a model it trains, not that model's own run (nothing is loaded here)
+    from fixtures.models.catalogue import REGISTRY
+
+    trained = REGISTRY["tiny-vit-digits-softmax"]
+    session = ClaimSession({trained.key: trained}, RunOptions(cache_dir=str(tmp_path)))
+    assert session._trained_run(trained, 3, "step 135").output_fit is False
+    assert session.run(trained.key).output_fit is True
