@@ -51,51 +51,83 @@ def gamma_terms(gamma: dict) -> dict[str, torch.Tensor]:
     return terms
 
 
-def layer_metrics(ctx) -> dict[str, torch.Tensor]:
-    """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
-    finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
+def batch_values(model: str, layer: int, info: dict, chunk: list[int], heads: slice,
+                 k: torch.Tensor, v: torch.Tensor, standardize: bool, round_off: bool,
+                 grams: tuple | None = None, naive=None) -> dict[str, torch.Tensor]:
+    """Claim E's values of one batch [b, h, ...] (keys and values [b, h, n, d] of the samples
+    ``chunk`` and heads ``heads`` of a layer), γ judged on the ``standardize`` route.
+
+    ``grams``: the (raw, standardised) :class:`checks.gram.KeyGram` of ``k`` with top-d
+    eigenpairs when the caller has them (claim V's grid of the specification curve, method
+    §14.1), and ``naive`` the batch's :func:`checks.spectrum.naive_gram_spectrum`; None: computed
+    here, the route γ is not judged on as eigenvalues only. Raises
+    :class:`checks.errors.NonFiniteError` for a non-finite intermediate."""
     from checks import gamma as gamma_constancy
     from checks import spectrum
     from checks.degenerate import effective_rows
-    from checks.errors import NonFiniteError
     from checks.gram import KeyGram
 
-    info = ctx.info
     d = info["head_dim"]
-    out: dict[str, torch.Tensor] = {}
 
     def top_d(mu: torch.Tensor) -> torch.Tensor:  # P2 takes the first d by signed order
         mu = mu[..., :d]
         return torch.nn.functional.pad(mu, (0, d - mu.shape[-1])) if mu.shape[-1] < d else mu
 
-    for chunk, heads, _q, k, v in ctx.groups():
+    if grams is None:
         # One KeyGram per key route (raw, standardised), each keeping only the top d pairs
         # (P2 reads the first d eigenvalues); the route γ is judged on (--standardize) keeps
         # its eigenvectors and is handed to γ, the other is eigenvalues only.
         top = min(d, k.shape[-2])
+        grams = tuple(KeyGram(k, scale=info["scale"], standardize=s, top=top,
+                              eigenvectors=s == standardize) for s in (False, True))
+    raw, std = grams
+    judged = std if standardize else raw
+    if naive is None:
+        naive = spectrum.naive_gram_spectrum(k, scale=info["scale"])
+    gamma = gamma_constancy.gamma_spread_batched(
+        k, v, scale=info["scale"], standardize=standardize,
+        seed=gamma_seeds(model, layer, chunk, heads), gram=judged,
+        null_perm=gamma_null_permutations(model, layer, chunk, heads,
+                                          k.shape[-2]).to(k.device),
+        round_off=round_off)
+    values = {"mu_log_raw": top_d(raw.eigenvalues),
+              "mu_log_standardized": top_d(std.eigenvalues),
+              "mu_naive_float32": torch.nan_to_num(top_d(naive.mu), nan=0.0),
+              "naive_finite": naive.finite,
+              "undetermined": gamma["undetermined"]}
+    for stage, mask in naive.first_nonfinite_stage.items():
+        values[f"naive_bad_{stage}"] = mask
+    values.update(gamma_terms(gamma))
+    values["effective_rows"] = effective_rows(judged.log_g)  # method §2.2: degenerate heads
+    return values
+
+
+def grid_grams(k: torch.Tensor, info: dict) -> tuple:
+    """The (raw, standardised) KeyGrams of a batch as claim V's grid of the specification curve
+    builds them (float64, top d, eigenvectors kept): a specification's claim E whose batch the
+    grid did not compute (:meth:`fixtures.engine.layer_context.LayerContext.shared_e_values`)
+    builds the same, so its numbers do not depend on whether the grid came from the cache."""
+    from checks.gram import KeyGram
+
+    return tuple(KeyGram(k, scale=info["scale"], standardize=s, dtype=torch.float64,
+                         top=info["head_dim"]) for s in (False, True))
+
+
+def layer_metrics(ctx) -> dict[str, torch.Tensor]:
+    """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
+    finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
+    from checks.errors import NonFiniteError
+
+    out: dict[str, torch.Tensor] = {}
+    for chunk, heads, _q, k, v in ctx.groups():
         try:
-            raw, std = (KeyGram(k, scale=info["scale"], standardize=s, top=top,
-                                eigenvectors=s == ctx.options.standardize)
-                        for s in (False, True))
-            naive = spectrum.naive_gram_spectrum(k, scale=info["scale"])
-            gamma = gamma_constancy.gamma_spread_batched(
-                k, v, scale=info["scale"], standardize=ctx.options.standardize,
-                seed=gamma_seeds(ctx.model, ctx.layer, chunk, heads),
-                gram=std if ctx.options.standardize else raw,
-                null_perm=gamma_null_permutations(ctx.model, ctx.layer, chunk, heads,
-                                                  k.shape[-2]).to(k.device),
-                round_off=ctx.round_off_twins)
+            values = ctx.shared_e_values(chunk, heads)
+            if values is None:
+                values = batch_values(
+                    ctx.model, ctx.layer, ctx.info, chunk, heads, k, v, ctx.options.standardize,
+                    ctx.round_off_twins,
+                    grams=grid_grams(k, ctx.info) if ctx.run.e_store is not None else None)
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
-        values = {"mu_log_raw": top_d(raw.eigenvalues),
-                  "mu_log_standardized": top_d(std.eigenvalues),
-                  "mu_naive_float32": torch.nan_to_num(top_d(naive.mu), nan=0.0),
-                  "naive_finite": naive.finite,
-                  "undetermined": gamma["undetermined"]}
-        for stage, mask in naive.first_nonfinite_stage.items():
-            values[f"naive_bad_{stage}"] = mask
-        values.update(gamma_terms(gamma))
-        values["effective_rows"] = effective_rows(  # method §2.2: degenerate heads
-            (std if ctx.options.standardize else raw).log_g)
         ctx.fill(out, chunk, heads, values)
     return out

@@ -264,3 +264,43 @@ def test_a_specifications_claim_j_takes_v_hat_from_the_grid_with_the_same_bits_a
         torch.testing.assert_close(value, per_head[name], rtol=1e-9, atol=1e-12, equal_nan=True,
                                    msg=name)
     assert ModelRun.v_hat_store is None  # the claim tests' runs: each head its own V̂
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+def test_a_specifications_claim_e_takes_its_values_from_the_grid_with_the_same_bits_as_its_own(
+        standardize):
+    """A specification's claim E takes each batch's values from claim V's grid of its padding
+    (the grid's two float64 Gram matrices: one eigendecomposition per key route, shared with
+    claim V): the same bits as computing them itself from the same Grams (a grid read back from
+    the cache leaves none behind), each batch taken out of the store, and the claim test's own
+    route (the other route's eigenvalues from ``eigvalsh``) to round-off."""
+    from fixtures.engine.model_run import ModelRun
+
+    def e_run(store):
+        run = SyntheticRun(tag="specification std=" + ("on" if standardize else "off"))
+        run._info = {**run._info, "scale": 0.5}
+        run.options = dataclasses.replace(run.options, standardize=standardize)
+        run.e_store = store
+        return run
+
+    store: dict = {}
+    fmv.v_grid_layer(e_run(None), 0, COMBOS, e_out={standardize: store})
+    assert len(store) == 2  # one entry per batch (two token counts)
+    shared = e_run(store).compute_layer("E", 0)
+    assert store == {}  # taken out as used
+    own = e_run({}).compute_layer("E", 0)
+    claim_test = e_run(None).compute_layer("E", 0)
+    assert set(shared) == set(own) and "gamma_learned" in shared and "mu_log_raw" in shared
+    assert not any(name.startswith("twin_") for name in shared)  # a specification: no twins
+    for name, value in shared.items():
+        torch.testing.assert_close(value, own[name], rtol=0, atol=0, equal_nan=True, msg=name)
+        torch.testing.assert_close(value, claim_test[name], rtol=1e-9, atol=1e-12,
+                                   equal_nan=True, msg=name)
+    assert ModelRun.e_store is None  # the claim tests' runs: claim E computes its own
+
+
+def test_the_grid_leaves_claim_e_alone_without_both_float64_grams():
+    store: dict = {}
+    fmv.v_grid_layer(SyntheticRun(), 0, [(False, "float64"), (False, "float32")],
+                     e_out={False: store})
+    assert store == {}  # claim E needs the raw and the standardised Gram: it computes its own
