@@ -3,18 +3,19 @@ each), and a large block freed and allocated again then stays in the process ins
 unmapped and mapped afresh (the page faults that cost the specification curve CPU time)."""
 
 import ctypes
+import os
 import platform
 import resource
 
 import pytest
 
-from fixtures.engine.memory import release_freed_memory, reuse_large_blocks
+from fixtures.engine.memory import MALLOC_ENV, release_freed_memory, reuse_large_blocks
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
 @pytest.mark.skipif(not GLIBC, reason="mallopt and malloc_trim are glibc's")
-def test_glibc_takes_the_settings_and_a_freed_large_block_is_reused():
+def test_glibc_takes_the_settings_and_a_freed_large_block_is_reused(monkeypatch):
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
@@ -31,7 +32,12 @@ def test_glibc_takes_the_settings_and_a_freed_large_block_is_reused():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
     pages = size // resource.getpagesize()
+    for name in MALLOC_ENV:  # unset, and put back as it was after the test
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
     assert reuse_large_blocks() is True
+    # and the processes this one starts (the -n workers) read them from the environment
+    assert all(os.environ[name] == value for name, value in MALLOC_ENV.items())
     minor_faults_of_three_blocks()  # the heap grows once
     # reused: not the 3 × 16384 faults of three fresh mappings (glibc's default)
     assert minor_faults_of_three_blocks() < pages // 4
