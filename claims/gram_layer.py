@@ -102,17 +102,6 @@ def batch_values(model: str, layer: int, info: dict, chunk: list[int], heads: sl
     return values
 
 
-def grid_grams(k: torch.Tensor, info: dict) -> tuple:
-    """The (raw, standardised) KeyGrams of a batch as claim V's grid of the specification curve
-    builds them (float64, top d, eigenvectors kept): a specification's claim E whose batch the
-    grid did not compute (:meth:`fixtures.engine.layer_context.LayerContext.shared_e_values`)
-    builds the same, so its numbers do not depend on whether the grid came from the cache."""
-    from checks.gram import KeyGram
-
-    return tuple(KeyGram(k, scale=info["scale"], standardize=s, dtype=torch.float64,
-                         top=info["head_dim"]) for s in (False, True))
-
-
 def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
     finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
@@ -125,8 +114,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
             if values is None:
                 values = batch_values(
                     ctx.model, ctx.layer, ctx.info, chunk, heads, k, v, ctx.options.standardize,
-                    ctx.round_off_twins,
-                    grams=grid_grams(k, ctx.info) if ctx.run.e_store is not None else None)
+                    ctx.round_off_twins, grams=ctx.e_grams(k))
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         ctx.fill(out, chunk, heads, values)
