@@ -42,3 +42,42 @@ def test_glibc_takes_the_settings_and_a_freed_large_block_is_reused(monkeypatch)
     # reused: not the 3 × 16384 faults of three fresh mappings (glibc's default)
     assert minor_faults_of_three_blocks() < pages // 4
     release_freed_memory()  # handed back to the OS, as after each layer
+
+
+def test_freed_memory_is_trimmed_only_after_the_resident_size_grew_by_the_limit(monkeypatch):
+    from fixtures.engine import memory
+
+    trims = []
+    sizes = iter([])
+    monkeypatch.setattr(memory, "_MALLOC_TRIM", lambda pad: trims.append(pad) or 1)
+    monkeypatch.setattr(memory, "_SIZE_AFTER_TRIM", None)
+    monkeypatch.setattr(memory, "resident_bytes", lambda: next(sizes))
+    limit = memory.FREED_HELD_LIMIT
+
+    def release(*readings: int | None) -> int:
+        """release_freed_memory with the resident sizes it reads; how many trims it made."""
+        nonlocal sizes
+        sizes = iter(readings)
+        before = len(trims)
+        memory.release_freed_memory()
+        assert next(sizes, "all read") == "all read"  # it read exactly these sizes
+        return len(trims) - before
+
+    assert release(900, 500) == 1  # the first layer: a trim, and the size after it noted
+    assert release(500 + limit - 1) == 0  # grown by less than the limit: memory kept for reuse
+    assert memory._SIZE_AFTER_TRIM == 500
+    assert release(500 + limit, 700) == 1  # grown by the limit: trimmed, the new size noted
+    assert memory._SIZE_AFTER_TRIM == 700
+    assert release(None, None) == 1  # the size cannot be read: a trim every layer, as before
+    assert trims == [0, 0, 0]  # malloc_trim(0): every free page handed back
+
+
+def test_resident_bytes_reads_this_process_size():
+    from fixtures.engine.memory import resident_bytes
+
+    size = resident_bytes()
+    if platform.system() != "Linux":
+        assert size is None or size > 0
+        return
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    assert 10 << 20 < size <= peak * 1.01 + (1 << 20)  # a Python with torch: over 10 MiB
