@@ -5,6 +5,7 @@ median bandwidth, with the squared distances and the bandwidth they use. Scaling
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .gram import center_gram
@@ -77,7 +78,14 @@ def _median_pair_distance(d2: torch.Tensor) -> torch.Tensor:
     if n < 2:
         raise ValueError(f"kernel CKA needs at least 2 tokens, got N={n}")
     iu = torch.triu_indices(n, n, offset=1, device=d2.device)
-    return d2[..., iu[0], iu[1]].median(dim=-1).values  # method §2: lower of the two middle values
+    pairs = d2[..., iu[0], iu[1]]
+    if pairs.device.type != "cpu" or not bool(torch.isfinite(pairs).all()):
+        return pairs.median(dim=-1).values  # method §2: lower of the two middle values
+    # the same order statistic from NumPy's selection along contiguous rows: the same bits as
+    # torch.median (an element of the input, whichever algorithm picks it), measured 1.3x
+    # faster on the CPU for the triangles of [3, 10, 3, 197, 197] (26 against 35 ms)
+    k = (pairs.shape[-1] - 1) // 2
+    return torch.from_numpy(np.partition(pairs.detach().numpy(), k, axis=-1)[..., k])
 
 
 def rbf_gram(x: torch.Tensor) -> torch.Tensor:

@@ -192,6 +192,25 @@ def test_median_bandwidth_is_the_lower_middle_value():
     assert abs(got - cka_with(12.5)) > 1e-4  # the mean of the middle values gives another answer
 
 
+def test_median_bandwidth_is_torch_median_to_the_bit_batched_with_ties_and_non_finite():
+    """The CPU's selection (NumPy) returns torch.median's element: random, tied and zero
+    distances, every batch shape; a non-finite distance takes torch's path (NaN stays NaN)."""
+    g = torch.Generator().manual_seed(3)
+    for n in (2, 3, 4, 17, 64):
+        x = torch.randn(2, 3, n, 5, generator=g, dtype=F64)
+        x[0, 1] = x[0, 1].round()  # tied distances
+        x[1, 2] = 0.0  # every distance 0
+        d2 = cka.squared_distances(x)
+        iu = torch.triu_indices(n, n, offset=1)
+        expected = d2[..., iu[0], iu[1]].median(dim=-1).values
+        assert torch.equal(cka._median_pair_distance(d2), expected)
+        d32 = d2.to(torch.float32)
+        assert torch.equal(cka._median_pair_distance(d32),
+                           d32[..., iu[0], iu[1]].median(dim=-1).values)
+    d2[0, 0, 0, 1] = d2[0, 0, 1, 0] = float("nan")
+    assert torch.isnan(cka._median_pair_distance(d2)[0, 0])
+
+
 def test_squared_distances_exact_zero_diagonal_and_agree_with_cdist():
     x = randn(2, 30, 8, seed=21, scale=1e3) + 1e4
     d2 = cka.squared_distances(x)
