@@ -106,8 +106,11 @@ def test_doctests_of_the_claims_modules_are_not_claim_tests(tmp_path):
     assert is_claim_test("::test_attention_entropy[tiny-vit-digits-softmax-L00-H0]")  # outside rootdir
     assert not is_claim_test("claims/test_rpc_attention.py::claims.test_rpc_attention.helper")
     assert not is_claim_test("claims/test_value_vectors.py")
+    assert not is_claim_test("report/__init__.py::report")  # a top-level package's doctest
+    assert not is_claim_test("conftest.py::conftest")
     out = tmp_path / "out"
-    done = _pytest("--doctest-modules", "claims/verdicts.py", "claims/multiverse.py", "-p",
+    done = _pytest("--doctest-modules", "claims/verdicts.py", "claims/multiverse.py",
+                   "report/__init__.py", "-p",
                    "no:cacheprovider", "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:]
     assert "passed" in done.stdout.splitlines()[-1] and "fault" not in done.stdout
