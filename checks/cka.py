@@ -79,13 +79,14 @@ def _median_pair_distance(d2: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"kernel CKA needs at least 2 tokens, got N={n}")
     iu = torch.triu_indices(n, n, offset=1, device=d2.device)
     pairs = d2[..., iu[0], iu[1]]
-    if pairs.device.type != "cpu" or not bool(torch.isfinite(pairs).all()):
+    if pairs.device.type != "cpu" or pairs.requires_grad or not bool(torch.isfinite(pairs).all()):
         return pairs.median(dim=-1).values  # method §2: lower of the two middle values
     # the same order statistic from NumPy's selection along contiguous rows: the same bits as
     # torch.median (an element of the input, whichever algorithm picks it), measured 1.3x
-    # faster on the CPU for the triangles of [3, 10, 3, 197, 197] (26 against 35 ms)
+    # faster on the CPU for the triangles of [3, 10, 3, 197, 197] (26 against 35 ms); a GPU
+    # tensor, one that carries a gradient and a non-finite one keep torch's path
     k = (pairs.shape[-1] - 1) // 2
-    return torch.from_numpy(np.partition(pairs.detach().numpy(), k, axis=-1)[..., k])
+    return torch.from_numpy(np.partition(pairs.numpy(), k, axis=-1)[..., k])
 
 
 def rbf_gram(x: torch.Tensor) -> torch.Tensor:

@@ -209,6 +209,10 @@ def test_median_bandwidth_is_torch_median_to_the_bit_batched_with_ties_and_non_f
                            d32[..., iu[0], iu[1]].median(dim=-1).values)
     d2[0, 0, 0, 1] = d2[0, 0, 1, 0] = float("nan")
     assert torch.isnan(cka._median_pair_distance(d2)[0, 0])
+    # a distance matrix that carries a gradient keeps it (torch's path)
+    x = torch.randn(3, 9, 4, generator=g, dtype=F64, requires_grad=True)
+    sigma2 = cka._median_pair_distance(cka.squared_distances(x))
+    assert sigma2.requires_grad and sigma2.grad_fn is not None
 
 
 def test_squared_distances_exact_zero_diagonal_and_agree_with_cdist():
