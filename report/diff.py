@@ -2,6 +2,8 @@
 
 Compares two results.json files record by record (method §13) and prints, in a screenful:
 
+- first, the verdict (REPRODUCES, DOES NOT REPRODUCE, NOT COMPARABLE), its exit status and why,
+  in one line (:func:`headline`; repeated as the last line);
 - whether the two are comparable at all: the same options, models, checkpoints (weight hashes)
   and inputs, and the same claim tests; when not, what differs, and exit 4;
 - what differs but does not decide: package versions, the numeric environment (CPU, torch's
@@ -13,7 +15,8 @@ Compares two results.json files record by record (method §13) and prints, in a 
 
 Exit status: 0 the run reproduces the reference; 6 a verdict, a rule, an exact field or a number
 outside its tolerance differs; 4 the two are not comparable; 2 a file is missing or not a
-results.json.
+results.json, or ``--json`` names an input, a folder, a device or a file in a missing folder
+(refused before anything is compared or written).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic import atomic_write_text
 from .tolerances import (ROUND_OFF_FACTOR, TOLERANCES, kind_of, metric_of, rel_diff,
                          round_off_widths)
 
@@ -142,7 +146,7 @@ def compare(run: dict, ref: dict) -> Diff:
     d = Diff()
     # --- comparable at all?
     opt_run, opt_ref = run.get("options") or {}, ref.get("options") or {}
-    d.not_comparable += [f"option {line}" for line in
+    d.not_comparable += [f"option {line.strip()}" for line in
                          _compare_dicts(opt_ref, opt_run, "", skip=FREE_OPTIONS)]
     models_run, models_ref = run.get("models") or {}, ref.get("models") or {}
     for key in sorted(set(models_ref) - set(models_run)):
@@ -245,10 +249,29 @@ def _limited(lines: list[str], limit: int) -> list[str]:
     return lines[:limit] + [f"… and {len(lines) - limit} more (--all lists them)"]
 
 
+def headline(d: Diff) -> str:
+    """The first line of a diff: the verdict, its exit status and why, in one sentence."""
+    if d.status == NOT_COMPARABLE:
+        more = len(d.not_comparable) - 1
+        return (f"NOT COMPARABLE with the reference (exit 4): {d.not_comparable[0]}"
+                + (f" (and {more} more reason{'s' if more != 1 else ''} below)" if more else ""))
+    counts = (f"{d.n_records} records, {len(d.verdicts)} verdicts changed, {len(d.outside)} of "
+              f"{d.n_numbers} numbers outside their tolerance")
+    if d.status == REPRODUCES:
+        return f"REPRODUCES the reference (exit 0): {counts}"
+    extra = [f"{len(x)} {what}" for x, what in ((d.rules, "rules differ"),
+                                                  (d.exact, "exact fields differ")) if x]
+    return f"DOES NOT REPRODUCE the reference (exit 6): {', '.join([counts, *extra])}"
+
+
 def format_diff(d: Diff, run_path, ref_path, run: dict, ref: dict, show_all: bool = False,
                 limit: int = 8) -> str:
+    """The diff as a person reads it: the verdict first (:func:`headline`), then the two runs,
+    what makes them not comparable, what differs without deciding, and the details; the verdict
+    is repeated as the last line."""
     lim = 10**9 if show_all else limit
-    out = [f"report diff: {run_path}",
+    out = [headline(d),
+           f"report diff: {run_path}",
            f"    against: {ref_path}",
            f"  run:       {_env_line(run)}",
            f"  reference: {_env_line(ref)}"]
@@ -292,11 +315,26 @@ def format_diff(d: Diff, run_path, ref_path, run: dict, ref: dict, show_all: boo
                    f"judged (report/tolerances.py); largest relative difference {w.rel:.2g} at "
                    f"{w.path}"
                    + (f"; {w.outside} not finite on one side only" if w.outside else ""))
-    verdict = {REPRODUCES: "REPRODUCES the reference (exit 0)",
-               CHANGED: "DOES NOT REPRODUCE the reference: see above (exit 6)",
-               NOT_COMPARABLE: "NOT COMPARABLE with the reference (exit 4)"}[d.status]
-    out.append(verdict)
+    out.append(headline(d))
     return "\n".join(out)
+
+
+def _json_output_problem(path: Path, inputs: tuple[Path, ...]) -> str | None:
+    """Why ``--json PATH`` cannot be written (checked before anything is compared), or None:
+    it is one of the two inputs, a folder or not a regular file, or its folder does not exist."""
+    for given in inputs:
+        try:
+            if path.exists() and given.exists() and path.samefile(given):
+                return f"is the input {given}: it would be overwritten; name a new file"
+        except OSError:
+            pass
+    if path.is_dir():
+        return "is a folder; name a file"
+    if path.exists() and not path.is_file():
+        return "is not a regular file (a device, a FIFO or a socket); name a new file"
+    if not path.parent.is_dir():
+        return f"is in {path.parent}, which is not an existing folder"
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -315,18 +353,29 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the differences as JSON to this file")
     args = parser.parse_args(argv)
+    if args.json is not None:
+        problem = _json_output_problem(args.json, (args.run, args.reference))
+        if problem:
+            parser.exit(BAD_INPUT, f"{parser.prog}: error: --json {args.json} {problem}; "
+                                   f"nothing was compared or written\n")
     try:
         run, ref = load(args.run), load(args.reference)
     except DiffInputError as exc:
         parser.exit(BAD_INPUT, f"{parser.prog}: error: {exc}\n")
     d = compare(run, ref)
-    print(format_diff(d, args.run, args.reference, run, ref, show_all=args.all))
+    try:
+        print(format_diff(d, args.run, args.reference, run, ref, show_all=args.all))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `report diff … | head`: the reader has what it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if args.json is not None:
         worst = {f"{c}/{m}": {k: {"rel": (w.rel if math.isfinite(w.rel) else None),
                                   "path": w.path, "kind": w.kind, "n": w.n,
                                   "outside": w.outside} for k, w in ms.items()}
                  for (c, m), ms in d.worst.items()}
-        args.json.write_text(json.dumps(
+        atomic_write_text(args.json, json.dumps(
             {"status": d.status, "not_comparable": d.not_comparable,
              "informational": d.informational, "verdicts": d.verdicts, "outside": d.outside,
              "exact": d.exact, "rules": d.rules, "only_run": d.only_run, "only_ref": d.only_ref,

@@ -174,3 +174,49 @@ def test_command_line_exit_codes(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         report_main(["diff", str(bad), str(ref)])
     assert exc.value.code == 2 and "no records" in capsys.readouterr().err
+
+
+def test_the_verdict_and_its_reason_are_the_first_line(tmp_path, capsys):
+    """A reader sees the answer first: REPRODUCES / DOES NOT REPRODUCE / NOT COMPARABLE, the
+    exit status and why, on line one (and again on the last line), before any detail."""
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps(_results()))
+    other = _results()
+    other["models"]["m"]["checkpoint_hash"] = "sha256:other"
+    other["options"]["n_samples_requested"] = 8
+    moved = _results()
+    moved["records"][0]["verdicts"]["ours"] = moved["records"][0]["verdict"] = "inconclusive"
+    cases = {"same": (_results(), 0, "REPRODUCES the reference (exit 0): 3 records, 0 verdicts "
+                                     "changed, 0 of "),
+             "moved": (moved, 6, "DOES NOT REPRODUCE the reference (exit 6): 3 records, 1 "
+                                 "verdicts changed"),
+             "other": (other, 4, "NOT COMPARABLE with the reference (exit 4): option "
+                                 "n_samples_requested: 6 → 8 (and 1 more reason below)")}
+    for name, (results, code, first) in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(results))
+        assert report_main(["diff", str(path), str(ref)]) == code
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith(first), (name, lines[0])
+        assert lines[-1].split(" (exit")[0] == lines[0].split(" (exit")[0], name
+
+
+@pytest.mark.parametrize("target", ["run", "reference", "folder", "missing-folder"])
+def test_json_output_is_refused_before_anything_when_it_would_destroy_an_input(tmp_path, capsys,
+                                                                               target):
+    """``--json`` naming the run or the reference (which it would replace), a folder, or a file
+    in a folder that does not exist: one sentence, exit 2, no verdict printed, inputs intact."""
+    run, ref = tmp_path / "run.json", tmp_path / "ref.json"
+    for path in (run, ref):
+        path.write_text(json.dumps(_results()))
+    before = run.read_bytes(), ref.read_bytes()
+    (tmp_path / "folder").mkdir()
+    out = {"run": run, "reference": ref, "folder": tmp_path / "folder",
+           "missing-folder": tmp_path / "nowhere" / "d.json"}[target]
+    with pytest.raises(SystemExit) as exc:
+        report_main(["diff", str(run), str(ref), "--json", str(out)])
+    captured = capsys.readouterr()
+    assert exc.value.code == 2 and captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1 and "--json" in captured.err
+    assert "nothing was compared or written" in captured.err
+    assert (run.read_bytes(), ref.read_bytes()) == before
