@@ -394,8 +394,13 @@ def paths(tmp_path_factory, files) -> dict[str, Path]:
     BertModel(config).save_pretrained(hf)  # config.json + model.safetensors, no tokenizer
     (root / "report_dir").mkdir()
     (root / "loop").symlink_to(root / "loop")  # a link to itself: ELOOP on every look-up
+    os.mkfifo(root / "pipe")  # a FIFO where an output goes: an atomic write would replace it
+    (root / "out_fifo").mkdir()
+    os.mkfifo(root / "out_fifo" / "results.json")
+    (root / "out_folder" / "results.json").mkdir(parents=True)
     return {"root": root, "plain": root / "plain.txt", "hf": hf, "loop": root / "loop",
-            "hf_weights": hf / "model.safetensors", "report_dir": root / "report_dir"}
+            "hf_weights": hf / "model.safetensors", "report_dir": root / "report_dir",
+            "pipe": root / "pipe", "out_fifo": root / "out_fifo", "out_folder": root / "out_folder"}
 
 
 TINY_CKPT = lambda f: ["--checkpoint", str(f["tiny"]), "--arch", ARCH, *TINY_RUN]  # noqa: E731
@@ -449,6 +454,28 @@ PATH_CASES = [
     ("report-under-a-file", lambda f, p, t: [*TINY_CKPT(f), "--report", str(p["plain"] / "r.html")],
      lambda f, p, t: [f"--report {p['plain'] / 'r.html'}: {p['plain']} is a file, not a folder, "
                       "so nothing can be written inside it; give a path in another folder"]),
+    # outputs that are not ours to replace (before: a FIFO turned into a regular file)
+    ("report-is-a-fifo", lambda f, p, t: [*TINY_CKPT(f), "--report", str(p["pipe"])],
+     lambda f, p, t: [f"--report {p['pipe']} is a FIFO (named pipe), not a regular file, and the "
+                      "run would replace it; give the path of a regular file or a new one"]),
+    ("out-is-a-fifo", lambda f, p, t: [*TINY_CKPT(f), "--out", str(p["pipe"])],
+     lambda f, p, t: [f"--out {p['pipe']} is a FIFO (named pipe), not a folder; give another folder"]),
+    ("results-file-is-a-fifo", lambda f, p, t: [*TINY_CKPT(f), "--out", str(p["out_fifo"])],
+     lambda f, p, t: [f"--out {p['out_fifo']}: {p['out_fifo'] / 'results.json'} is a FIFO (named "
+                      "pipe), not a regular file, and the run would replace it; remove it or give "
+                      "another folder"]),
+    ("results-file-is-a-folder", lambda f, p, t: [*TINY_CKPT(f), "--out", str(p["out_folder"])],
+     lambda f, p, t: [f"--out {p['out_folder']}: {p['out_folder'] / 'results.json'} is a folder, "
+                      "not a regular file"]),
+    ("cache-dir-is-a-fifo", lambda f, p, t: [*TINY_CKPT(f), "--cache-dir", str(p["pipe"])],
+     lambda f, p, t: [f"--cache-dir {p['pipe']} is a FIFO (named pipe), not a folder; give another "
+                      "folder with --cache-dir"]),
+    ("out-inside-the-cache", lambda f, p, t: [*TINY_CKPT(f), "--out", str(t / "cache" / "run")],
+     lambda f, p, t: [f"--out {t / 'cache' / 'run'} is inside the cache folder "
+                      f"{(t / 'cache').resolve()} (--cache-dir)", "give a path outside it"]),
+    ("report-inside-the-cache", lambda f, p, t: [*TINY_CKPT(f), "--report",
+                                                 str(t / "cache" / "capture" / "r.html")],
+     lambda f, p, t: [f"--report {t / 'cache' / 'capture' / 'r.html'} is inside the cache folder"]),
     ("revision-without-hub-model", lambda f, p, t: [*TINY_CKPT(f), "--revision", "v1"],
      lambda f, p, t: ["--revision v1: a revision pins a model downloaded from the Hugging Face hub, "
                       "and no hub model is selected (checkpoint-tiny load from files",
@@ -464,6 +491,24 @@ def test_bad_path_stops_at_startup(pytester, tmp_path, files, paths, args, fragm
     for fragment in fragments(files, paths, tmp_path):
         assert fragment in line, line
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+def test_an_output_that_is_a_device_is_refused_and_stays_a_device(pytester, tmp_path, files):
+    """--report naming a character device (a private copy of /dev/null made with mknod in the
+    test's folder, never the machine's own): exit 4, one sentence, and the device is untouched
+    (before: replaced by a regular file; as root, ``--report /dev/null`` would replace /dev/null)."""
+    import stat
+
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError as exc:
+        pytest.skip(f"mknod needs root ({exc})")
+    line = usage_error(claims(pytester, tmp_path, *TINY_CKPT(files), "--report", str(device)),
+                       tmp_path)
+    assert f"--report {device} is a character device, not a regular file, and the run would " \
+           "replace it" in line, line
+    assert stat.S_ISCHR(os.stat(device).st_mode)
 
 
 def test_cache_from_the_environment_variable_is_named(pytester, tmp_path, files, paths, monkeypatch):

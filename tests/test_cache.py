@@ -88,7 +88,9 @@ def test_size_limit_evicts_least_recently_used(tmp_path):
     keys = sorted(p.name for p in cache.entries())
     assert "k2" in keys and "k0" not in keys
     assert cache.size_bytes() <= 2500 + 3000  # manifests are small
-    assert cache.clear() > 0 and cache.entries() == []
+    from fixtures.cache_cli import clear_cache
+
+    assert clear_cache(cache.root)[0] > 0 and cache.entries() == []
 
 
 def test_stable_hash_is_order_independent_and_atomic_write(tmp_path):
@@ -256,3 +258,175 @@ def test_size_limit_counts_own_writes_and_measures_again_when_stale(tmp_path, mo
     assert "k0" not in {p.name for p in cache.entries()}  # the least recently used went first
     cache.get_or_create("ns", "k4", lambda f: _write(f, "x" * 3000))  # its own write passes it
     assert len(calls) == 3
+
+
+# ------------------------------------------------- a cache that deletes and serves only its own
+def _cache_command(*args: str):
+    import subprocess
+    import sys
+
+    from fixtures import ROOT
+
+    return subprocess.run([sys.executable, "-m", "fixtures.cache", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_clear_refuses_a_folder_that_is_not_a_cache(tmp_path):
+    """`clear` of a folder with no marker and no entries: one sentence, exit 4, nothing gone."""
+    folder = tmp_path / "mine"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "important.txt").write_text("keep")
+    (folder / "sub" / "data.csv").write_text("1,2")
+    done = _cache_command("clear", "--cache-dir", str(folder))
+    assert done.returncode == 4, done
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "is not a kpca-claims cache" in done.stderr and "nothing was deleted" in done.stderr
+    assert (folder / "important.txt").read_text() == "keep"
+    assert (folder / "sub" / "data.csv").read_text() == "1,2"
+
+
+def test_clear_of_a_regular_file_is_one_sentence_not_a_traceback(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("keep")
+    done = _cache_command("clear", "--cache-dir", str(plain))
+    assert done.returncode == 4, done
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "is a file, not a cache folder" in done.stderr
+    assert plain.read_text() == "keep"
+
+
+def test_clear_removes_a_marked_cache_and_keeps_what_is_not_its_own(tmp_path):
+    from fixtures.cache import MARKER
+
+    root = tmp_path / "cache"
+    Cache(root).get_or_create("capture", "k" * 64, _write)
+    assert (root / MARKER).is_file()  # written when the cache made its folder
+    (root / "notes.txt").write_text("mine")
+    done = _cache_command("clear", "--cache-dir", str(root))
+    assert done.returncode == 0, done
+    assert "kept 1 that are not the cache's: notes.txt" in done.stdout
+    assert sorted(p.name for p in root.iterdir()) == ["notes.txt"]
+    (root / "notes.txt").unlink()
+    Cache(root).get_or_create("claim_V", "k" * 64, _write)
+    assert _cache_command("clear", "--cache-dir", str(root)).returncode == 0
+    assert not root.exists()
+
+
+def test_clear_recognises_a_cache_made_before_the_marker_by_its_layout(tmp_path):
+    from fixtures.cache import MARKER
+
+    root = tmp_path / "cache"
+    Cache(root).get_or_create("capture", "k" * 64, _write)
+    (root / MARKER).unlink()  # as an earlier version left it
+    done = _cache_command("clear", "--cache-dir", str(root))
+    assert done.returncode == 0, done
+    assert not root.exists()
+
+
+def test_a_folder_holding_other_files_is_never_marked_as_a_cache(tmp_path):
+    from fixtures.cache import MARKER
+
+    root = tmp_path / "mine"
+    root.mkdir()
+    (root / "important.txt").write_text("keep")
+    Cache(root).get_or_create("capture", "k" * 64, _write)
+    assert not (root / MARKER).exists()
+    assert _cache_command("clear", "--cache-dir", str(root)).returncode == 0  # entries: a cache
+    assert sorted(p.name for p in root.iterdir()) == ["important.txt"]
+
+
+def test_an_entry_with_a_file_its_record_does_not_list_is_never_read(tmp_path):
+    """A forged entry: a file's line removed from entry.json and the file replaced. The entry is
+    not used (recomputed with a warning), and read_verified never reads an unlisted file."""
+    from fixtures.cache import CorruptEntry
+
+    cache = Cache(tmp_path)
+
+    def build(folder):
+        (folder / "a.bin").write_bytes(b"honest a")
+        (folder / "b.bin").write_bytes(b"honest b")
+
+    folder = cache.get_or_create("capture", "k" * 64, build)
+    meta = json.loads((folder / "entry.json").read_text())
+    del meta["files"]["b.bin"]
+    (folder / "entry.json").write_text(json.dumps(meta))
+    (folder / "b.bin").write_bytes(b"forged")
+    with pytest.raises(CorruptEntry, match="does not list b.bin"):
+        Cache.read_verified(folder, "b.bin")
+    with pytest.warns(UserWarning, match="b.bin, which its record does not list"):
+        assert cache.lookup("capture", "k" * 64) is None
+    folder = cache.get_or_create("capture", "k" * 64, build)
+    assert Cache.read_verified(folder, "b.bin") == b"honest b"
+
+
+def test_a_file_altered_after_it_was_verified_is_caught_when_read(tmp_path):
+    from fixtures.cache import CorruptEntry
+
+    cache = Cache(tmp_path)
+    builds = []
+
+    def build(folder):
+        builds.append(1)
+        (folder / "metrics.bin").write_bytes(b"honest")
+
+    folder = cache.get_or_create("claim_V", "k" * 64, build)
+    (folder / "metrics.bin").write_bytes(b"forged")  # after lookup, before the read
+    with pytest.raises(CorruptEntry, match="does not match its recorded hash"):
+        Cache.read_verified(folder, "metrics.bin")
+    with pytest.warns(UserWarning, match="corrupt"):
+        data, _ = cache.load("claim_V", "k" * 64, build, "metrics.bin")
+    assert data == b"honest" and len(builds) == 2
+
+
+def test_an_entry_moved_under_another_key_is_not_used(tmp_path):
+    import shutil
+
+    cache = Cache(tmp_path)
+    first = cache.get_or_create("claim_V", "a" * 64, lambda f: _write(f, "model a"))
+    shutil.copytree(first, cache.entry_dir("claim_V", "b" * 64))
+    with pytest.warns(UserWarning, match="its record is of the entry claim_V/a"):
+        assert cache.lookup("claim_V", "b" * 64) is None
+
+
+def test_safetensors_cache_files_follow_the_umask(tmp_path):
+    """safetensors writes 0600; the cache gives every file of an entry 0666 less the umask, so
+    a shared cache's entries are never taken for corrupt by another user."""
+    import os
+    import stat
+
+    import torch
+    from safetensors.torch import save_file
+
+    old = os.umask(0o002)
+    try:
+        entry = Cache(tmp_path).get_or_create(
+            "capture", "k" * 64,
+            lambda f: save_file({"q": torch.zeros(2)}, str(f / "layer_00.safetensors")))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((entry / "layer_00.safetensors").stat().st_mode) == 0o664
+
+
+def test_two_model_names_of_the_same_weights_never_share_metric_entries(tmp_path):
+    """A control and a random model of the same weights share a capture, but the claims seed
+    their nulls by the model's name: each name gets its own per-layer entry, and a cache the
+    other name filled first gives the numbers of a fresh cache."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tests._synthetic_run import SyntheticRun
+
+    def run(name, cache):
+        r = SyntheticRun(seed=0, cache=cache)
+        r.spec = SimpleNamespace(key=name)
+        return r
+
+    shared = Cache(tmp_path / "shared")
+    first = run("random-synthetic", shared).layer_metrics("V", 0)
+    second = run("control-synthetic", shared).layer_metrics("V", 0)
+    fresh = run("control-synthetic", Cache(tmp_path / "fresh")).layer_metrics("V", 0)
+    assert len(shared.entries()) == 2
+    assert set(second) == set(fresh)
+    assert all(torch.equal(second[n], fresh[n]) for n in fresh)
+    assert any(not torch.equal(first[n], second[n]) for n in fresh)  # the names do matter
