@@ -7,12 +7,12 @@ evidence text (which is made from the record's numbers) and without timings. Use
 own run with it (``python -m report diff``, docs/reproduce.md); the README's block between
 :data:`BEGIN` and :data:`END` is generated from it (:func:`readme_block`), never typed.
 
-``python -m report reference --write`` regenerates both, plus the trained models' shipped weight
-hashes: it runs command 1 in a subprocess on a fresh output folder (the cache is reused: it is
-keyed by code, options and weights), keeps the judged part, rewrites the README block and asks
-``python -m fixtures.training.shipped_hashes --write`` for the hashes of the default trained series.
-``--from RESULTS`` skips the run and takes an existing results.json of command 1 (the hashes are
-then left as they are).
+``python -m report reference --write`` regenerates both: it runs command 1 in a subprocess on a
+fresh output folder (the cache is reused: it is keyed by code, options and weights), keeps the
+judged part and rewrites the README block. The trained models it checks are the shipped weights
+(``fixtures/data/trained/``), which it leaves as they are: they change only with
+``python -m fixtures.training.ship --write`` (docs/reproduce.md).
+``--from RESULTS`` skips the run and takes an existing results.json of command 1.
 ``python -m report reference --check`` exits 1 when the README block and the reference disagree.
 """
 
@@ -213,7 +213,7 @@ def _run_command_1(out: Path, extra: list[str]) -> Path:
 
 
 def write_reference(results_path: Path, reference_path: Path = REFERENCE,
-                    readme: Path = README, hashes: bool = True) -> dict:
+                    readme: Path = README) -> dict:
     results = json.loads(results_path.read_text())
     if not results.get("complete"):
         raise SystemExit(f"{results_path} is not a complete run (errors or tests not run): "
@@ -222,11 +222,6 @@ def write_reference(results_path: Path, reference_path: Path = REFERENCE,
     reference_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(reference_path, json.dumps(ref, indent=1, sort_keys=True) + "\n")
     update_readme(ref, readme)
-    if hashes:  # the trained models' weight hashes, from the cache the run used
-        rc = subprocess.call([sys.executable, "-m", "fixtures.training.shipped_hashes", "--write"],
-                             cwd=ROOT)
-        if rc:
-            raise SystemExit("writing the trained models' reference hashes failed")
     return ref
 
 
@@ -235,12 +230,12 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m report reference",
-        description="Regenerate the shipped reference results (reference/results.json), the "
-                    "README block made from them and the trained models' weight hashes; or "
-                    "check the README block against the reference.")
+        description="Regenerate the shipped reference results (reference/results.json) and "
+                    "the README block made from them; or check the README block against the "
+                    "reference.")
     parser.add_argument("--write", action="store_true",
-                        help="run command 1 (or take --from) and rewrite the reference, the "
-                             "README block and fixtures/training/reference_hashes.json")
+                        help="run command 1 (or take --from) and rewrite the reference and the "
+                             "README block")
     parser.add_argument("--from", dest="source", type=Path, default=None,
                         help="an existing results.json of command 1 instead of a new run")
     parser.add_argument("--write-smoke", action="store_true",
@@ -260,7 +255,7 @@ def main(argv: list[str]) -> int:
             with tempfile.TemporaryDirectory(prefix="kpca-reference-") as tmp:
                 write_reference(_run_command_1(Path(tmp), extra), REFERENCE)
         else:
-            write_reference(args.source, REFERENCE, hashes=False)
+            write_reference(args.source, REFERENCE)
         print(REFERENCE)
         print(README)
         return 0

@@ -9,8 +9,11 @@ illegal instruction) is skipped with its reason, never failed.
 - q, k, v captured under every setting agree with the DEFAULT kernels' to the bit except in at
   most :data:`MAX_FLIP_SHARE` of the elements, and those by one float32 ulp (the capture's forward
   pass runs in float64; before it did, 87% of MiniLM's elements differed between DEFAULT and AVX2);
-- a pinned training run gives the same checkpoint files, to the bit, under every setting, and the
-  hashes recorded here (:data:`PINNED_TINY_HASHES`, made on the reference environment);
+- a pinned training run gives the same checkpoint files, to the bit, under every setting on this
+  machine, and, on a CPU of the kind that recorded them, the hashes recorded here
+  (:data:`PINNED_TINY_HASHES`); a CPU of another vendor may train other weights even pinned,
+  which is why the default run checks shipped weights rather than training them
+  (fixtures/training/shipped_weights.py);
 - the models built from a seed (a timm ViT, an HF BERT, kpca-oracle members) have the same
   weights, to the bit, under every setting as under the native dispatch;
 - a small claim run reproduces the native dispatch's by ``report diff`` under torch's other
@@ -50,9 +53,13 @@ SETTINGS = {
 MAX_FLIP_SHARE = 1e-5
 
 #: sha256 of the checkpoint files of :func:`_pinned_tiny` trained in the pinned environment on
-#: the reference environment (torch 2.13.0+cpu, MKL 2024.2; method §13).
+#: the reference environment (torch 2.13.0+cpu, MKL 2024.2; method §13), on a CPU of the kind
+#: :data:`PINNED_TINY_CPU` (vendor, model name). A CPU of another kind may train other weights
+#: even pinned (an Intel Xeon did: MKL and oneDNN take vendor paths no variable pins), so the
+#: hashes are asserted only on that kind; elsewhere they are a fact the test prints.
 PINNED_TINY_HASHES = ["726b45e81fa1e9f8ee14bed99984174907f7f3250f22ceea27bd72795f5ad4d0",
                       "73cdaa1b48a186f27059a205c706f503ceb9ef4313147dbda8b36659c36bf867"]
+PINNED_TINY_CPU = ("AuthenticAMD", "AMD EPYC")
 
 
 def _skip_reason(flag: str | None) -> str | None:
@@ -194,17 +201,39 @@ def _pinned_tiny() -> TrainConfig:
                        warmup_epochs=0.5, threads=1, numerics="pinned")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name, env", [p for p in _params() if p.id in
-                                       ("aten-default", "aten-avx2", "aten-avx512")])
-def test_pinned_training_gives_the_recorded_weights_under_every_setting(tmp_path, name, env):
+def _train_pinned_tiny(folder: Path, env: dict) -> list[str]:
+    """The checkpoint hashes of :func:`_pinned_tiny` trained pinned over ``env``."""
     from fixtures.training.pinned import train_pinned
 
     base = {k: v for k, v in os.environ.items() if k not in numeric_env.ENV_VARS}
-    train_pinned(_pinned_tiny(), tmp_path / "run", base_env={**base, **env})
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    train_pinned(_pinned_tiny(), folder, base_env={**base, **env})
+    manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["numeric_environment"]["torch_cpu_capability"] == "DEFAULT"
-    assert [c["sha256"] for c in manifest["checkpoints"]] == PINNED_TINY_HASHES, name
+    return [c["sha256"] for c in manifest["checkpoints"]]
+
+
+@pytest.fixture(scope="module")
+def pinned_unemulated(tmp_path_factory) -> list[str]:
+    """The hashes of the pinned tiny training with no emulated setting, on this machine."""
+    return _train_pinned_tiny(tmp_path_factory.mktemp("pinned") / "run", {})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, env", [p for p in _params() if p.id in
+                                       ("aten-default", "aten-avx2", "aten-avx512")])
+def test_pinned_training_is_the_same_under_every_setting_and_recorded_on_its_cpu_kind(
+        tmp_path, name, env, pinned_unemulated):
+    """On one machine the pin makes training independent of the dispatch the calling process
+    asked for (a property of our code: the child's environment is the pin): bitwise. Against
+    the recorded hashes only on the CPU kind that recorded them (module constants)."""
+    got = _train_pinned_tiny(tmp_path / "run", env)
+    assert got == pinned_unemulated, name
+    kind = (CPU.get("vendor"), CPU.get("model"))
+    if kind == PINNED_TINY_CPU:
+        assert got == PINNED_TINY_HASHES, name
+    else:
+        print(f"{name}: on {kind} (hashes recorded on {PINNED_TINY_CPU}) the pinned training "
+              f"{'gives' if got == PINNED_TINY_HASHES else 'does not give'} the recorded hashes")
 
 
 #: The record-level comparison: each setting's small claim run against the native dispatch's.

@@ -392,6 +392,96 @@ def test_cached_series_never_trusts_a_broken_folder(tmp_path, counted):
     assert leftovers == []
 
 
+# ------------------------------------------------------------------------ shipped weights
+
+
+def _ship(tmp_path, monkeypatch, series_list) -> Path:
+    """Make ``series_list`` the shipped series of a private copy (files and hash file), as
+    ``python -m fixtures.training.ship --write`` would."""
+    from fixtures.training import shipped_hashes, shipped_weights
+
+    root, anchor = tmp_path / "shipped", tmp_path / "reference_hashes.json"
+    monkeypatch.setattr(shipped_weights, "SHIPPED_ROOT", root)
+    monkeypatch.setattr(shipped_hashes, "REFERENCE_FILE", anchor)
+    shipped_weights.write(series_list, root, anchor)
+    return root
+
+
+def test_a_shipped_config_is_copied_verified_into_the_cache_and_never_trained(
+        tmp_path, monkeypatch, counted):
+    """A config with shipped weights: the cache gets a verified copy of the shipped files (no
+    training), and a cache folder that holds other weights for it (trained on this machine by an
+    earlier version, on a CPU of another kind) is replaced by the shipped files, not used."""
+    config = tiny(epochs=1, seed=11)
+    shipped = train_series(config, tmp_path / "made-elsewhere")
+    _ship(tmp_path, monkeypatch, [shipped])
+    got = cached_series(config, tmp_path / "cache")
+    assert counted == [] and got.origin == "shipped"
+    assert got.folder == tmp_path / "cache" / "trained" / config.config_hash()
+    assert [s["sha256"] for *_, s in got.checkpoints] == \
+        [s["sha256"] for *_, s in shipped.checkpoints]
+    # other weights under the same config hash (as another CPU trains them): replaced
+    other = train_series(tiny(epochs=1, seed=12), tmp_path / "other")
+    folder = got.folder
+    for (_, mine, _), (_, theirs, _) in zip(got.checkpoints, other.checkpoints):
+        mine.write_bytes(theirs.read_bytes())  # same size, other bits
+    again = cached_series(config, tmp_path / "cache")
+    assert counted == [] and again.origin == "shipped" and again.folder == folder
+    assert all(training.series.file_sha256(path) == s["sha256"]
+               for _, path, s in again.checkpoints)
+    assert training.shipped_hashes.check(again)["reference"] == "matches"
+
+
+def test_the_command_line_says_whether_this_machine_reproduces_the_shipped_files(
+        tmp_path, monkeypatch, capsys):
+    """``python -m fixtures.training``'s last line: a fact about this machine, exit 0 either
+    way, with this CPU and the shipped files' CPU named; no line of judgement for a config with
+    nothing shipped."""
+    from fixtures.training import shipped_weights
+
+    args = ["--variant", "softmax", "--epochs", "1", "--depth", "1", "--embed-dim", "48",
+            "--batch-size", "256", "--threads", "1", "--numerics", "native"]
+    first = tmp_path / "first"
+    assert training.main([*args, "--out", str(first)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("No weights are shipped for config")
+    series = training.read_series(TrainConfig(variant="softmax", epochs=1, depth=1, embed_dim=48,
+                                              batch_size=256, threads=1, numerics="native"),
+                                  first)
+    _ship(tmp_path, monkeypatch, [series])
+    assert training.main([*args, "--out", str(tmp_path / "second")]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    here = numeric_env_cpu_model()
+    assert line.startswith("This machine's training reproduces the shipped weights"), line
+    assert here in line
+    # a shipped file of other bits: "does not reproduce", at the step that differs, exit 0
+    shipped = shipped_weights.folder_of(series.config)
+    anchor = json.loads(training.shipped_hashes.REFERENCE_FILE.read_text())
+    anchor["series"][series.config.config_hash()]["checkpoints"][str(series.steps[-1])] = "0" * 64
+    training.shipped_hashes.REFERENCE_FILE.write_text(json.dumps(anchor))
+    assert training.main([*args, "--out", str(tmp_path / "third")]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("This machine's training does not reproduce the shipped weights "
+                           f"{shipped}: the checkpoints at steps {series.steps[-1]} differ"), line
+    assert "the default run checks the shipped files either way" in line
+
+
+def test_the_command_line_refuses_an_output_that_exists_before_training(tmp_path, capsys):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        training.main(["--out", str(tmp_path / "taken")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already exists and is not an empty folder" in err[0]
+    assert (tmp_path / "taken" / "keep.txt").read_text() == "mine"
+
+
+def numeric_env_cpu_model() -> str:
+    from fixtures import numeric_env
+
+    return str(numeric_env.cpu_info()["model"])
+
+
 # ---------------------------------------------------------------------------------- CLI
 
 
