@@ -36,6 +36,7 @@ from .method_link import DEFAULT_METHOD_URL, method_url_for, safe_link
 from .overview import grid_context, not_run_groups, summary_context
 from .partial import partial_reasons
 from .path_scrub import CHECKOUT, scrub_context
+from .reference_weights import not_reference
 from .results_file import load_results, validate_results
 from .sections import controls_section, generic_section
 from .sections.gate_section import gate_context
@@ -115,6 +116,8 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
         "title": "Self-attention as kernel PCA: a reproducibility report",
         "date": results["provenance"].get("date", "not recorded"),
         "complete": results["complete"], "exit_status": results.get("exit_status"),
+        # models (under test or controls) whose weights are not the shipped reference's
+        "weights_notes": not_reference(full_index.models_info),
         "not_run": not_run, "n_not_run": len(results["not_run"]),
         "skipped": skipped_groups(results.get("skipped") or {}),
         "partial_reasons": partial_reasons(results, count_not_run=False),
