@@ -30,7 +30,7 @@ from checks.spectrum import (
     naive_gram_spectrum,
     route_comparison,
 )
-from tests._helpers import EPS32, F64, randn
+from tests._helpers import CROSS_PATH_UNIT, EPS32, F64, cross_path_f32_eigenvalues, randn
 
 
 def brute_spread(gamma, valid, relative):
@@ -126,12 +126,15 @@ def test_naive_route_overflows_on_large_keys_while_log_space_stays_finite():
     assert bool(torch.isnan(mu).all())
     assert bool(stages["exp"].all())
     assert bool(torch.isfinite(gram_spectrum_batched(big)).all())
-    # a mixed batch: only the large item is flagged, the other keeps its own answer
+    # a mixed batch: only the large item is flagged, the other keeps its own answer (to float32
+    # round-off: the batched float32 products and eigvalsh may round otherwise than one item's)
     mixed = torch.stack([k[0], big[1]])
     mu, finite, stages = naive_gram_spectrum(mixed)
     assert finite.tolist() == [True, False]
     assert stages["exp"].tolist() == [False, True]
-    assert torch.equal(mu[0], naive_gram_spectrum(k[0]).mu)
+    alone = naive_gram_spectrum(k[0]).mu
+    torch.testing.assert_close(mu[0], alone,
+                               **cross_path_f32_eigenvalues(16, float(alone.abs().max())))
     assert bool(torch.isnan(mu[1]).all()) and bool(torch.isfinite(mu[0]).all())
 
 
@@ -404,8 +407,9 @@ def test_spread_summary_rule():
 
 
 def test_perturbed_control_with_one_seed_per_item_does_not_depend_on_the_batching():
-    """Per-item seeds: an item's perturbed basis is the same alone or inside a larger batch (the
-    claim runs seed each (sample, head), so --max-memory and the device do not move gamma)."""
+    """Per-item seeds: an item's perturbed basis alone equals the one inside a larger batch to
+    round-off (the claim runs seed each (sample, head), so --max-memory and the device draw the
+    same noise; the batched QR may round otherwise than one item's on another CPU)."""
     from checks.gamma import perturbed_axes
 
     gen = torch.Generator().manual_seed(0)
@@ -415,7 +419,8 @@ def test_perturbed_control_with_one_seed_per_item_does_not_depend_on_the_batchin
     for i in range(3):
         for j in range(2):
             alone = perturbed_axes(axes[i, j], seed=[seeds[2 * i + j]])
-            assert torch.equal(whole[i, j], alone)
-    assert not torch.equal(whole[0, 0], whole[0, 1])  # the items' draws differ
+            torch.testing.assert_close(whole[i, j], alone, **CROSS_PATH_UNIT)
+    # the items' draws differ, by far more than that tolerance
+    assert float((whole[0, 0] - perturbed_axes(axes[0, 0], seed=[seeds[1]])).abs().max()) > 1e-3
     with pytest.raises(ValueError, match="one seed per item"):
         perturbed_axes(axes, seed=[1, 2])

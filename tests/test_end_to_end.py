@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fixtures  # noqa: F401
+from tests._helpers import cross_path_terms
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
@@ -126,10 +127,14 @@ def test_assignment_threads_one_on_cpu_and_a_share_of_the_cores_beside_a_gpu(mon
 
 def test_head_chunks_for_long_sequences_give_the_same_numbers(tmp_path):
     """When one sample's heads exceed --max-memory (long sequences), batches split the heads of
-    one sample; claim V and J numbers and claim E's spectra do not depend on it. Claim J's are
-    the same bits (its output fit is solved head by head, claims.projection_layer.output_fit_terms), NaN
-    padding of the per-token terms included; V and E agree within 1e-9 relative (batched
-    eigensolvers: MKL rounds a misaligned matrix of the batch differently, ~1e-16)."""
+    one sample; claim V and J numbers and claim E's spectra do not depend on it beyond round-off.
+    Claim J's agree within tests._helpers.cross_path_terms (1e-12 relative), NaN padding of the
+    per-token terms in the same places: its output fit is solved head by head
+    (claims.projection_layer.output_fit_terms), but its scores, exponentials and products run
+    batched, and under MKL's SSE4.2 path with CBWR a batch of 12 heads and one head alone differ
+    by up to 8 ulps (equal bits under the native dispatch here). V and E agree within 1e-9
+    relative (batched eigensolvers: MKL rounds a misaligned matrix of the batch differently,
+    ~1e-16)."""
     from fixtures.cache import Cache
     from fixtures.models.catalogue import REGISTRY
     from fixtures.engine.model_run import ModelRun
@@ -152,15 +157,21 @@ def test_head_chunks_for_long_sequences_give_the_same_numbers(tmp_path):
     for claim in ("V", "J", "E"):
         whole, split = runs["whole"][claim], runs["split"][claim]
         for key, value in whole.items():
-            if claim == "E" and key.startswith("gamma"):
-                continue  # γ's random perturbation is drawn per batch
+            if claim == "E" and key.startswith(("gamma", "twin_gamma")):
+                # γ's ρ and ω of the learned and null spans, and their round-off twins, are
+                # decided by round-off on heads where few tokens carry g (method §4.2,
+                # "Precision"): under MKL's SSE4.2 path with CBWR the null's ω moved by 2% and its
+                # ρ by 4e-9 relative between these two batchings (equal bits under the native
+                # dispatch here). γ's batching independence is tested on well-conditioned heads
+                # (tests/test_checks_spectrum.py, tests/test_scale.py).
+                continue
             if key.startswith("p2code_"):
                 continue  # P2's conventions keep the eigensolver's signs: they follow the batch
             if value.dtype == torch.bool:
                 assert torch.equal(value, split[key]), (claim, key)
-            elif claim == "J":  # bitwise; per-token terms are NaN beyond a sample's own N
-                torch.testing.assert_close(split[key], value, rtol=0, atol=0, equal_nan=True,
-                                           msg=f"{claim} {key}")
+            elif claim == "J":  # per-token terms are NaN beyond a sample's own N, in both
+                torch.testing.assert_close(split[key], value, **cross_path_terms(value),
+                                           equal_nan=True, msg=f"{claim} {key}")
             else:  # the naive route is float32 by design: its round-off follows the batch
                 rtol, atol = (1e-4, 1e-6) if key == "mu_naive_float32" else (1e-9, 1e-12)
                 torch.testing.assert_close(split[key], value, rtol=rtol, atol=atol,
