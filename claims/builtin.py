@@ -38,8 +38,10 @@ J = register(ClaimSpec(
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
     layer_metrics="claims.projection_layer:layer_metrics",
     metrics=J_METRICS, report_context="report.sections.claim_j_section:context",
-    # per-token tensors are NaN past each sample's own token count (method §3.7)
-    nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq"),
+    # per-token tensors are NaN past each sample's own token count (method §3.7); the output fit
+    # is NaN for a sample of no more tokens than the head dimension (V̂ undetermined, method §2)
+    nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq", "output_r2",
+                  "output_r2_null"),
     template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py",
     method_version="1", record_sections={"series": "claim_j_trend"}))
 

@@ -47,9 +47,45 @@ def _where_nonfinite(per_layer: dict[int, dict], heads: list[int]) -> str | None
     return "; ".join(notes) or None
 
 
+def _few_tokens(per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
+                d: int) -> tuple[torch.Tensor, str] | None:
+    """(the samples to keep, why the others are left out) when some samples have fewer tokens
+    than the head dimension: their Gram has N < d eigenvalues, and P2's statistics read the
+    first d (the rest would be padding, method §4); None when every sample has d or more."""
+    n = next(iter(per_layer.values())).get("n_tokens")
+    if n is None:
+        return None
+    n = n[:, heads[0]]
+    few = n < d
+    if not bool(few.any()):
+        return None
+    lo, hi = int(n[few].min()), int(n[few].max())
+    return ~few, (f"{int(few.sum())} of {few.numel()} samples have fewer tokens than the head "
+                  f"dimension (N < d, N = {lo if lo == hi else f'{lo}..{hi}'}): their Gram "
+                  f"matrix has fewer than the d = {d} eigenvalues the statistics read (method §4)")
+
+
+def _undetermined_model(model: str, layers: list[int], heads: list[int], rules: str,
+                        why: str) -> EModelRecord:
+    """The model record when no sample has d eigenvalues: every metric without a value, why."""
+    undefined = {k: why for k in ("raw_vs_standardized_ratio", "max_route_ratio",
+                                  "naive_finite_share")}
+    metrics = {k: None for k in undefined}
+    v, both = verdicts.judge_both(RULES, metrics, None, rules_name=rules, undefined=undefined)
+    return EModelRecord(claim="E", level="model", model=model, verdict=v.verdict, verdicts=both,
+                        rules=rules, metrics=metrics, layers=layers, heads=heads,
+                        evidence=verdicts.format_evidence(v, both=both), undefined=undefined,
+                        reason=v.reason or None)
+
+
 def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], heads: list[int],
                  d: int, rules: str = "ours") -> EModelRecord:
     layers = sorted(per_layer)
+    few = _few_tokens(per_layer, heads, d)
+    if few is not None and not bool(few[0].any()):
+        return _undetermined_model(model, layers, heads, rules, few[1])
+    if few is not None:  # judged on the samples of d eigenvalues or more
+        per_layer = {l: {k: t[few[0]] for k, t in per_layer[l].items()} for l in layers}
     tensors = [per_layer[l] for l in layers]
     routes, stats = {}, {}
     for route in ROUTES:
@@ -75,6 +111,8 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
     v, both = verdicts.judge_both(RULES, metrics, ci, rules_name=rules, undefined=undefined)
     evidence = verdicts.format_evidence(v, ci=ci, both=both)
     notes = construction_notes(per_layer, heads, v.verdict)
+    if few is not None:
+        notes["few_tokens"] = f"left out: {few[1]}"
     if notes:
         evidence += "\n" + "\n".join(f"  note: {n}" for n in notes.values())
     return EModelRecord(claim="E", level="model", model=model, verdict=v.verdict, verdicts=both,
@@ -290,6 +328,8 @@ def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> EM
 
 
 def message(record: EModelRecord | EHeadRecord, what: str) -> str:
+    if record.level == "model" and not record.routes:  # no sample of d eigenvalues or more
+        return f"claim E undetermined for {what}: {record.reason}"
     if record.level == "model":
         r = record.routes
         lines = [f"claim E {record.verdict} for {what}: eigenvalue statistics by route "

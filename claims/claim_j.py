@@ -70,7 +70,11 @@ def token_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: list[int
     log_phi = cat("token_log_phi_sq")
     valid = torch.isfinite(log_phi)
     out = token_ratio_summary(log_phi, cat("token_h_sq"), valid)
-    fit = log10_token_ratios(log_phi[valid], cat("token_fit_h_sq")[valid])
+    fit_h_sq = cat("token_fit_h_sq")
+    fitted = valid & torch.isfinite(fit_h_sq)  # no fit where V̂ has < d columns (N < d)
+    if not bool(fitted.any()):
+        return out
+    fit = log10_token_ratios(log_phi[fitted], fit_h_sq[fitted])
     out["fit_median_log10_ratio"] = float(fit.quantile(0.5))
     out["fit_bessel_share"] = float((fit <= 0).to(torch.float64).mean())
     return out
@@ -92,6 +96,13 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
     settings = verdicts.rule_set_settings()
     r2 = torch.cat([t["output_r2"][:, heads] for t in layer_terms], dim=1).to(torch.float64)
     null = torch.cat([t["output_r2_null"][:, heads] for t in layer_terms], dim=1).to(torch.float64)
+    fitted = torch.isfinite(r2).all(1) & torch.isfinite(null).all(1)  # NaN: N < d
+    excluded = None
+    if not bool(fitted.all()):
+        excluded = _short_samples(layer_terms[0]["n_tokens"][:, heads[0]], ~fitted)
+        if not bool(fitted.any()):
+            return {"undetermined": excluded}
+        r2, null = r2[fitted], null[fitted]
     per_sample = torch.stack([r2.mean(1), null.mean(1)], dim=1)  # [S, 2]
     mean = per_sample.mean(0)
     weights = bootstrap_weights(per_sample.shape[0], seed, int(settings["bootstrap_resamples"]))
@@ -110,7 +121,17 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
             "ci": {"output_r2": ci[0], "output_r2_excess": ci[2]}, "ci_null": ci[1],
             "vs_null": {"p": p, "above_chance": p < alpha, "tost_p": p_tost,
                         "at_chance": p_tost < alpha, "margin": margin,
-                        "n_samples": int(per_sample.shape[0])}}
+                        "n_samples": int(per_sample.shape[0])},
+            **({"excluded": excluded} if excluded else {})}
+
+
+def _short_samples(n_tokens: torch.Tensor, short: torch.Tensor) -> str:
+    """Why the output fit leaves out the samples ``short`` (of fewer tokens than the head
+    dimension: their V̂ has fewer than d columns, method §2)."""
+    lo, hi = int(n_tokens[short].min()), int(n_tokens[short].max())
+    return (f"{int(short.sum())} of {short.numel()} samples have fewer tokens than the head "
+            f"dimension (N < d, N = {lo if lo == hi else f'{lo}..{hi}'}), so V_hat is not "
+            "determined by the keys and the output fit is not defined for them (method §2)")
 
 
 def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
@@ -122,9 +143,17 @@ def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
         ci = {k: b for k, b in ci.items() if metrics.get(k) is not None
               and (all(math.isfinite(float(x)) for x in b) or all(x != x for x in b))}
     at_chance = None
+    short = fit.get("undetermined") if fit is not None else None
+    if short is not None:  # no sample to fit: V̂ has fewer than d columns in every one
+        fit = None
     bar = next((r.value for r in verdicts.ours_rules(RULES, "supported") if r.metric == "output_r2"),
                None)
-    if fit is not None and bar is not None and fit["output_r2_null"] >= bar:
+    if short is not None:
+        for name in OURS_METRICS:
+            metrics[name] = None
+            undefined[name] = short
+        ci = {k: b for k, b in (ci or {}).items() if k not in OURS_METRICS}
+    elif fit is not None and bar is not None and fit["output_r2_null"] >= bar:
         # the token-shuffled V̂ already meets the support bar: softmax·V spans whatever
         # softmax·V̂ spans (attention of rank <= d), so the fit cannot tell (method §3.6)
         why = (f"the output fit cannot discriminate: the token-shuffled V_hat already explains "
@@ -149,7 +178,8 @@ def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
     if tokens is not None:
         extra["tokens"] = tokens
     if fit is not None:
-        extra["output_fit"] = {k: fit[k] for k in ("output_r2_null", "ci_null", "vs_null")}
+        extra["output_fit"] = {k: fit[k] for k in ("output_r2_null", "ci_null", "vs_null",
+                                                    "excluded") if k in fit}
     return JRecord(claim="J", level=level, model=model, layer=layer,
                    verdict=v.verdict, verdicts=both, rules=rules, metrics=metrics,
                    p1_code={"log_phi_sq_mean": values["p1_log_phi_sq_mean"],

@@ -99,6 +99,8 @@ def batch_values(model: str, layer: int, info: dict, chunk: list[int], heads: sl
         values[f"naive_bad_{stage}"] = mask
     values.update(gamma_terms(gamma))
     values["effective_rows"] = effective_rows(judged.log_g)  # method §2.2: degenerate heads
+    # the token count: a sample of fewer tokens than d has fewer eigenvalues than P2 reads
+    values["n_tokens"] = torch.full(tuple(k.shape[:2]), float(k.shape[-2]), dtype=torch.float64)
     return values
 
 

@@ -93,7 +93,11 @@ def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     p1 = {"log_phi_sq": log_phi_sq_norm_p1_code(qd, kd, scale)}
     n_tok = q.shape[-2]
     fitted = {}
-    if fit:
+    if fit and n_tok < q.shape[-1]:  # V̂ has fewer than d columns (N < d, method §2): no fit
+        nan = torch.full(exact["j_proj"].shape, math.nan, dtype=torch.float64)
+        fitted = {"token_fit_h_sq": torch.full(exact["h_sq"].shape, math.nan, dtype=torch.float64),
+                  "output_r2": nan, "output_r2_null": nan.clone()}
+    elif fit:
         terms = output_fit_terms(qd, kd, v.to(dtype), scale, convention, perm, v_hat)
         fitted = {"token_fit_h_sq": terms["fitted_h_sq"], "output_r2": terms["r2"],
                   "output_r2_null": terms["r2_null"]}
@@ -113,7 +117,8 @@ def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
 def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-J terms of every (sample, head) of one layer, [B, H]: token means of ‖φ‖² (also
     in log space) and ‖h‖², J_proj, the Bessel share, the token count, and the p1-code ‖φ‖²;
-    the output fit's R² and its null [B, H] (method §3.6); and per token [B, H, N_max] (NaN past
+    the output fit's R² and its null [B, H] (method §3.6; NaN for a sample of fewer tokens than
+    the head dimension, whose V̂ has fewer than d columns); and per token [B, H, N_max] (NaN past
     a sample's own N): log ‖φ‖², ‖h‖² and the fitted ‖h*‖² (method §3.7)."""
     from checks.errors import NonFiniteError
 

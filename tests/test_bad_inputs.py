@@ -702,19 +702,45 @@ def test_a_test_without_a_record_makes_the_run_incomplete(pytester, tmp_path, fi
 
 def test_texts_shorter_than_head_dim_are_undetermined_and_skipped(pytester, tmp_path, files):
     """MiniLM has head dim d = 32; texts of 6 tokens give N < d, so V̂ has fewer than d columns.
-    P2's code dropped such heads silently; the record flags them undetermined and the test is
-    skipped with that reason."""
-    result = claims(pytester, tmp_path, *MINILM, "-k", "test_value_vectors",
-                    "--text", str(files["short.txt"]))
+    P2's code dropped such heads silently. Every claim runs (no ``-k``): V and J (whose output
+    fit needs V̂: before, "The expanded size of the tensor (32) must match the existing size
+    (6)", a FAULT, exit 3) and E (whose statistics read d eigenvalues of an N×N Gram) are
+    undetermined with the token count in the reason, and skipped."""
+    result = claims(pytester, tmp_path, *MINILM, "--text", str(files["short.txt"]))
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]  # skipped, not failed
     results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["complete"] and not results.get("errors")
     head = next(r for r in results["records"] if r["claim"] == "V" and r["level"] == "head")
     assert head["verdict"] == UNDETERMINED and head["outcome"] == "skipped"
     assert head["n_undetermined"] == head["n_samples"] == 2
     assert head["mu_d_min"] == 0.0  # the missing eigenvalues of an N < d spectrum
     skip_lines = [line for line in result.stdout.lines if line.startswith(("SKIPPED", "UNDETERMINED"))]
     assert any(head["reason"] in line for line in skip_lines), skip_lines
-    assert results["complete"]
+    claimed = {(r["claim"], r["level"]) for r in results["records"]}
+    assert {("V", "head"), ("V", "model"), ("J", "layer"), ("J", "model"), ("E", "head"),
+            ("E", "model")} <= claimed, claimed
+    for record in results["records"]:
+        assert record["verdict"] == UNDETERMINED, (record["claim"], record["level"], record["reason"])
+        assert record["outcome"] == "skipped"
+    for claim, level in (("J", "layer"), ("J", "model"), ("E", "model")):
+        record = next(r for r in results["records"] if (r["claim"], r["level"]) == (claim, level))
+        assert "2 of 2 samples have" in record["reason"] and "N = 6" in record["reason"], record
+
+
+def test_texts_of_mixed_lengths_leave_the_short_ones_out_of_the_fit_and_the_spectrum(
+        pytester, tmp_path, files):
+    """One text longer than d, one shorter (6 tokens): the claims judge the long one; claim J's
+    output fit and claim E's statistics say which samples they left out and why."""
+    result = claims(pytester, tmp_path, *MINILM, "--text", str(files["long.txt"]))
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["complete"] and not results.get("errors")
+    layer = next(r for r in results["records"] if (r["claim"], r["level"]) == ("J", "layer"))
+    assert layer["output_fit"]["excluded"].startswith("1 of 2 samples have fewer tokens than "
+                                                      "the head dimension (N < d, N = 6)")
+    e_model = next(r for r in results["records"] if (r["claim"], r["level"]) == ("E", "model"))
+    assert "left out: 1 of 2 samples have fewer tokens than the head dimension" in \
+        e_model["evidence"]
 
 
 def test_short_text_reason_names_the_token_count(pytester, tmp_path, files):
