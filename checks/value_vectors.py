@@ -36,7 +36,9 @@ def random_orthonormal(n: int, m: int, seed: int, batch_shape: tuple[int, ...] =
     QR of a float64 standard Gaussian [*batch_shape, n, m] drawn from a CPU ``torch.Generator``
     seeded with ``seed``; the column space is uniform on the Grassmannian. Column signs are fixed by
     :func:`checks.gram.fix_signs` (the rule V̂ uses), then the result is cast to ``dtype``: the same
-    seed gives the same basis on every machine and for every dtype. Requires 1 ≤ m ≤ n.
+    seed gives the same Gaussian draw on every machine and the same basis for every dtype; the
+    QR is LAPACK's, so two CPUs agree on the basis to float64 round-off, not to the bit.
+    Requires 1 ≤ m ≤ n.
 
     Returns
     -------
