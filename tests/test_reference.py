@@ -140,7 +140,7 @@ def test_the_shipped_weights_load_to_the_reference_models_on_any_machine():
         last = series.load(len(series.checkpoints) - 1)
         assert state_dict_hash(last.state_dict()) == model["checkpoint_hash"], key
         total += sum(path.stat().st_size for _, path, _ in series.checkpoints)
-    # the budget of the shipped form (method §13.3): well under 100 MB in the repository
+    # the budget of the shipped form (method §13, "The trained models"): well under 100 MB in the repository
     assert total < 90e6, f"the shipped weights take {total / 1e6:.1f} MB"
 
 
