@@ -323,6 +323,22 @@ def test_clear_recognises_a_cache_made_before_the_marker_by_its_layout(tmp_path)
     assert not root.exists()
 
 
+def test_clear_refuses_a_cache_in_use_by_a_run_and_deletes_nothing(tmp_path):
+    """A process using the cache holds a shared lock on it: `clear` beside a live run refuses in
+    one sentence (exit 4) instead of deleting its entries beneath it (before: the run ended in
+    tracebacks, exit 3); once the run has ended, it clears."""
+    root = tmp_path / "cache"
+    run = Cache(root)  # as a run's session holds it
+    run.get_or_create("capture", "k" * 64, _write)
+    done = _cache_command("clear", "--cache-dir", str(root))
+    assert done.returncode == 4, done
+    assert done.stderr.count("\n") == 1 and "is in use by a running kpca-claims run" in done.stderr
+    assert run.lookup("capture", "k" * 64) is not None
+    del run  # the run ends
+    assert _cache_command("clear", "--cache-dir", str(root)).returncode == 0
+    assert not root.exists()
+
+
 def test_a_folder_holding_other_files_is_never_marked_as_a_cache(tmp_path):
     from fixtures.cache import MARKER
 
@@ -371,7 +387,7 @@ def test_a_file_altered_after_it_was_verified_is_caught_when_read(tmp_path):
 
     folder = cache.get_or_create("claim_V", "k" * 64, build)
     (folder / "metrics.bin").write_bytes(b"forged")  # after lookup, before the read
-    with pytest.raises(CorruptEntry, match="does not match its recorded hash"):
+    with pytest.raises(CorruptEntry, match="metrics.bin no longer matches its recorded hash"):
         Cache.read_verified(folder, "metrics.bin")
     with pytest.warns(UserWarning, match="corrupt"):
         data, _ = cache.load("claim_V", "k" * 64, build, "metrics.bin")
