@@ -398,9 +398,15 @@ def paths(tmp_path_factory, files) -> dict[str, Path]:
     (root / "out_fifo").mkdir()
     os.mkfifo(root / "out_fifo" / "results.json")
     (root / "out_folder" / "results.json").mkdir(parents=True)
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX)  # a socket file where an output goes
+    listener.bind(str(root / "sock"))
+    listener.close()  # the socket file stays
     return {"root": root, "plain": root / "plain.txt", "hf": hf, "loop": root / "loop",
             "hf_weights": hf / "model.safetensors", "report_dir": root / "report_dir",
-            "pipe": root / "pipe", "out_fifo": root / "out_fifo", "out_folder": root / "out_folder"}
+            "pipe": root / "pipe", "out_fifo": root / "out_fifo", "out_folder": root / "out_folder",
+            "sock": root / "sock"}
 
 
 TINY_CKPT = lambda f: ["--checkpoint", str(f["tiny"]), "--arch", ARCH, *TINY_RUN]  # noqa: E731
@@ -458,6 +464,9 @@ PATH_CASES = [
     ("report-is-a-fifo", lambda f, p, t: [*TINY_CKPT(f), "--report", str(p["pipe"])],
      lambda f, p, t: [f"--report {p['pipe']} is a FIFO (named pipe), not a regular file, and the "
                       "run would replace it; give the path of a regular file or a new one"]),
+    ("report-is-a-socket", lambda f, p, t: [*TINY_CKPT(f), "--report", str(p["sock"])],
+     lambda f, p, t: [f"--report {p['sock']} is a socket, not a regular file, and the run would "
+                      "replace it"]),
     ("out-is-a-fifo", lambda f, p, t: [*TINY_CKPT(f), "--out", str(p["pipe"])],
      lambda f, p, t: [f"--out {p['pipe']} is a FIFO (named pipe), not a folder; give another folder"]),
     ("results-file-is-a-fifo", lambda f, p, t: [*TINY_CKPT(f), "--out", str(p["out_fifo"])],
