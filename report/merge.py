@@ -374,8 +374,9 @@ def merge_files(paths: list[Path], out_dir: Path, command: str | None = None) ->
         validate.check(json.loads(text), "the merged results", "results")
     except validate.InvalidFile as exc:
         raise MergeError(f"{exc}: the shards cannot be merged into a valid results.json") from None
-    html = render_report(json.loads(text))  # renders (and validates) before anything is written
     results_path, report_path = out_dir / "results.json", out_dir / "report.html"
+    # renders (and validates) before anything is written; its method links relative to it
+    html = render_report(json.loads(text), out_path=report_path)
     samples_path = out_dir / "samples.jsonl"
     written = [results_path, report_path] + ([samples_path] if samples else [])
     if any(os.path.realpath(w) == os.path.realpath(p) for w in written for p in [*paths, *(samples or [])]):

@@ -112,10 +112,11 @@ def setup_differences(results: dict, index: Index) -> list[dict]:
     return rows
 
 
-def summary_context(results: dict, index: Index) -> dict:
-    """Scope, method and result counts for the report's opening section."""
+def summary_context(results: dict, index: Index, requested: list[str] | None = None) -> dict:
+    """Scope, method and result counts for the report's opening section, of the claims the run
+    asked for (``requested``, default every claim of the index)."""
     claims = []
-    for c in index.claims():
+    for c in index.claims() if requested is None else requested:
         spec = spec_of(c)
         section = results["thresholds"].get(f"claim_{c.lower()}")
         described = section.get("description") if isinstance(section, dict) else None

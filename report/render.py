@@ -31,12 +31,13 @@ from claims.records import VERDICTS
 
 from .atomic import atomic_write_text
 from .common import LETTERS, VERDICT_HELP, fmt
+from .first_screen import (claim_lines, completeness_state, controls_state, enrich_grid,
+                           reproduce_state, requested_claims)
 from .index import Index, spec_of
-from .method_link import DEFAULT_METHOD_URL, method_url_for, safe_link
+from .method_link import method_url_for, safe_link
 from .overview import grid_context, not_run_groups, summary_context
 from .partial import partial_reasons
 from .path_scrub import CHECKOUT, scrub_context
-from .reference_weights import not_reference
 from .results_file import load_results, validate_results
 from .sections import controls_section, generic_section
 from .sections.gate_section import gate_context
@@ -45,8 +46,9 @@ from .sections.provenance_section import provenance_context
 from .sections.thresholds_section import threshold_sections
 
 TEMPLATES = Path(__file__).with_name("templates")
-#: The first claim section's number (1 summary, 2 verdict grid).
-FIRST_CLAIM_SECTION = 3
+#: The first claim section's number (1 summary; the verdict grid is on the first screen, above
+#: the numbered sections).
+FIRST_CLAIM_SECTION = 2
 
 
 @lru_cache(maxsize=1)
@@ -72,13 +74,14 @@ def _partial(path: str) -> jinja2.Template:
     return _environment().from_string(text)
 
 
-def claim_sections(results: dict, index: Index, first: int = FIRST_CLAIM_SECTION) -> list[dict]:
-    """One section per claim of :meth:`Index.claims`, numbered from ``first``
-    (:data:`FIRST_CLAIM_SECTION`, one more after a Controls section): its spec's
+def claim_sections(results: dict, index: Index, first: int = FIRST_CLAIM_SECTION,
+                   claims: list[str] | None = None) -> list[dict]:
+    """One section per claim of ``claims`` (default :meth:`Index.claims`), numbered from
+    ``first`` (:data:`FIRST_CLAIM_SECTION`, one more after a Controls section): its spec's
     ``report_context`` and ``template``, else the generic section."""
     out = []
     generic_partial = str(TEMPLATES / "sections" / "generic.html.j2")
-    for number, claim in enumerate(index.claims(), start=first):
+    for number, claim in enumerate(index.claims() if claims is None else claims, start=first):
         spec = spec_of(claim)
         if spec is not None and spec.report_context:
             context = registry.resolve(spec.report_context)(results, index, spec)
@@ -100,33 +103,40 @@ def skipped_groups(skipped: dict) -> list[dict]:
     return [{"reason": r, "count": len(ids), "examples": ids[:3]} for r, ids in groups.items()]
 
 
-def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
-    """Everything the template shows, computed from a validated results dict. The controls'
-    records (method §12) make the Controls section; the summary, the grid and the claim sections
-    show the models under test only; the provenance lists every model."""
+def build_context(results: dict, method_url: str | None = None) -> dict:
+    """Everything the template shows, computed from a validated results dict. The first screen
+    (:mod:`report.first_screen`) comes first; the controls' records (method §12) make the
+    Controls section; the summary, the grid and the claim sections show the models under test
+    only; the provenance lists every model. ``method_url``: where "method §N.M" links (None:
+    plain text, :mod:`report.method_link`)."""
+    full = results
     full_index = Index(results)
+    requested, not_requested = requested_claims(full, full_index)
     control_section = controls_section.context(results)
     results, _ = controls_section.split(results)
     index = Index(results)
     not_run = not_run_groups(index)
     first = FIRST_CLAIM_SECTION + (1 if control_section else 0)
-    sections = claim_sections(results, index, first)
+    sections = claim_sections(results, index, first, requested)
     opt = opt_in_context(results)  # --multiverse, --training-dynamics, --seeds (if run)
+    reproduce = reproduce_state(full)
     return {
         "title": "Self-attention as kernel PCA: a reproducibility report",
         "date": results["provenance"].get("date", "not recorded"),
         "complete": results["complete"], "exit_status": results.get("exit_status"),
         # models (under test or controls) whose weights are not the shipped reference's
-        "weights_notes": not_reference(full_index.models_info),
+        "weights_notes": reproduce["notes"],
+        "state": {"controls": controls_state(full), "reproduce": reproduce,
+                  "complete": completeness_state(full, partial_reasons(full))},
+        "claim_lines": claim_lines(full, requested, not_requested),
         "not_run": not_run, "n_not_run": len(results["not_run"]),
         "skipped": skipped_groups(results.get("skipped") or {}),
         "partial_reasons": partial_reasons(results, count_not_run=False),
         "merged": bool(results["provenance"].get("merged_from")),
-        "summary": summary_context(results, index),
+        "summary": summary_context(results, index, requested),
         "gate": gate_context(results),
         "controls": control_section,
-        "grid_number": first - 1,
-        "grid": grid_context(results, index, not_run),
+        "grid": enrich_grid(grid_context(results, index, not_run), results, index, requested),
         # a series record that judges one condition (claim R: "pgd ε=0.02") names it
         "series_rows": [{"name": r.model + (f" — {r.extra['condition']}"
                                             if r.extra.get("condition") else ""),
@@ -142,11 +152,12 @@ def build_context(results: dict, method_url: str = DEFAULT_METHOD_URL) -> dict:
     }
 
 
-def render_report(results: dict, *, method_url: str | None = None) -> str:
+def render_report(results: dict, *, method_url: str | None = None, out_path=None) -> str:
     """The report for a results dict, as one self-contained HTML document.
 
     ``method_url``: where "method §N.M" in the thresholds' sources links (default
-    :func:`method_url_for`, without a report path).
+    :func:`method_url_for` of ``out_path``, where the report will be written: relative to it
+    inside the checkout, else ``$KPCA_METHOD_URL``, else plain text).
 
     Raises
     ------
@@ -157,7 +168,7 @@ def render_report(results: dict, *, method_url: str | None = None) -> str:
     if method_url is not None and not safe_link(method_url):
         raise ValueError(f"the method link {method_url[:80]!r} is neither an http(s) address "
                          "nor a relative path")
-    context = scrub_context(build_context(results, method_url or method_url_for()))
+    context = scrub_context(build_context(results, method_url or method_url_for(out_path)))
     return _environment().get_template("report.html.j2").render(**context)
 
 
@@ -174,4 +185,4 @@ def write_report(results_path, out_path) -> Path:
         the message names the file, and nothing is written.
     """
     results = load_results(results_path)
-    return atomic_write_text(out_path, render_report(results, method_url=method_url_for(out_path)))
+    return atomic_write_text(out_path, render_report(results, out_path=out_path))

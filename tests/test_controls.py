@@ -334,7 +334,7 @@ def test_the_ladder_runs_end_to_end_through_results_and_report(pytester, tmp_pat
     assert "kpca-claims controls (not counted above)" in text
     assert text.count("INSTRUMENT FAILURE: claim") == len(failures)
     html = (out / "report.html").read_text()
-    assert html.index('id="controls"') < html.index('id="grid"')
+    assert html.index('id="grid"') < html.index('id="controls-state"') < html.index('id="controls"')
     assert html.count('<tr class="role-') == 16
     assert html.count("ctl-cell ctl-failed") == len({(f["model"], f["claim"], f["level"])
                                                      for f in failures})
@@ -342,8 +342,9 @@ def test_the_ladder_runs_end_to_end_through_results_and_report(pytester, tmp_pat
 
 def test_report_shows_controls_apart_before_the_models_under_test():
     """The example results with their control's records annotated as a run writes them: the
-    Controls section comes before the grid, the control leaves the summary counts, the grid and
-    the claim sections, and stays in the provenance."""
+    first screen's grid leaves the control out and states the controls in one line; the
+    Controls section comes before the claim sections; the control leaves the summary counts,
+    the grid and the claim sections, and stays in the provenance."""
     from report.render import render_report
 
     results = json.loads((ROOT / "tests" / "data" / "results_example.json").read_text())
@@ -354,13 +355,17 @@ def test_report_shows_controls_apart_before_the_models_under_test():
     assert n_ctrl and all("expected" in r for r in results["records"] if r["model"] == ctrl)
     html = render_report(results)
     assert 'id="controls"' not in plain and 'id="controls"' in html
-    assert html.index('id="controls"') < html.index('id="grid"') < html.index('id="claim-v"')
-    grid = html[html.index('id="grid"'):html.index('id="claim-v"')]
-    assert ctrl not in grid and ctrl in plain[plain.index('id="grid"'):plain.index('id="claim-v"')]
+    assert html.index('id="grid"') < html.index('id="controls"') < html.index('id="claim-v"')
+    def grid(page):
+        start = page.index('id="verdict-grid"')
+        return page[start:page.index("</table>", start)]
+    assert ctrl not in grid(html) and ctrl in grid(plain)
+    assert 'id="controls-state" class="state state-' in html[:html.index('id="summary"')]
     assert f'id="heatmap-V-{ctrl}"' not in html and f'id="heatmap-V-{ctrl}"' in plain
     n_all = len(results["records"])
     assert f"{n_all} records in the results file" in plain
     assert f"{n_all - n_ctrl} records in the results file" in html
     assert html.count('<tr class="role-negative') == 1
     assert f"<h4>{ctrl}</h4>" in html  # provenance still lists every model
-    assert "3. Verdict grid" in html and "2. Verdict grid" in plain
+    # the claim sections are numbered after the Controls section (2) when there is one
+    assert "<h2>3. Claim V" in html and "<h2>2. Claim V" in plain

@@ -60,18 +60,30 @@ def toy_spec():
 def test_a_registered_claim_without_a_partial_gets_the_generic_section(toy_spec):
     page = render_report(_with_toy_records("T"))
     section = _section(page, "T")
-    assert "7. Claim T: Attention entropy is below a bar" in section  # after V, J, E, R
+    assert "5. Claim T: Attention entropy is below a bar" in section  # after V, J, E (R not asked for)
     assert "Each head&#39;s attention entropy is at most 0.5 nats." in section
     assert "not registered" not in section
     assert "entropy 0.75 &gt; 0.5" in section and "supported if ≤ 0.5" in section
     assert "0.25 [0.2, 0.3]" in section and "layer 0 head 1" in section
     assert '<li><a href="#claim-t">Claim T: Attention entropy is below a bar</a></li>' in page
-    assert "<h2>8. Thresholds and their sources</h2>" in page and "<h2>9. Provenance</h2>" in page
+    assert "<h2>6. Thresholds and their sources</h2>" in page and "<h2>7. Provenance</h2>" in page
     assert "<th>claim T</th>" in page  # a grid column, as for V, J, E
 
 
-def test_a_registered_claim_without_records_reads_not_run(toy_spec):
-    page = render_report(json.loads(EXAMPLE.read_text(encoding="utf-8")))
+def test_a_registered_claim_the_run_did_not_ask_for_is_named_not_missing(toy_spec):
+    """No record, no test that did not run, no skip: the run never asked for claim T. It gets no
+    grid column and no section, and one line says so; it is never shown as missing."""
+    results = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    page = render_report(results)
+    assert '<section id="claim-t">' not in page and "<th>claim T</th>" not in page
+    line = re.search(r'<li class="muted" id="not-requested">(.*?)</li>', page, re.S).group(1)
+    assert "claim T (Attention entropy is below a bar)" in line and "not missing" in line
+    results["not_run"] = [f"claims/test_toy.py::test_toy[{MINI}-L00-H0]"]
+    results["complete"] = False  # a test of claim T collected and not run: asked for
+    from claims import registry as reg
+    spec = reg.get("T")
+    object.__setattr__(spec, "tests", "claims/test_toy.py")
+    page = render_report(results)
     assert "No claim-T record in these results." in _section(page, "T")
 
 
@@ -82,7 +94,7 @@ def test_records_of_an_unregistered_claim_are_shown_never_a_crash():
     results["thresholds"]["claim_q"] = results["thresholds"].pop("claim_t")
     page = render_report(results)
     section = _section(page, "Q")
-    assert "7. Claim Q: attention entropy is low" in section  # the thresholds' description
+    assert "5. Claim Q: attention entropy is low" in section  # the thresholds' description
     assert "not registered where the report was rendered" in section
     assert "entropy 0.75 &gt; 0.5" in section
     odd = copy.deepcopy(results)  # records of a shape no one knows: extra keys, no metrics
@@ -92,11 +104,13 @@ def test_records_of_an_unregistered_claim_are_shown_never_a_crash():
 
 
 def test_the_built_in_claims_come_from_their_specs():
-    page = render_report(json.loads(EXAMPLE.read_text(encoding="utf-8")))
+    results = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    asked = {r["claim"] for r in results["records"]}
+    page = render_report(results)
     for spec in registry.all_claims():
         assert spec.report_context and spec.template, spec.id
-        assert f'<section id="claim-{spec.id.lower()}">' in page
-        assert spec.title in page
+        assert (f'<section id="claim-{spec.id.lower()}">' in page) == (spec.id in asked)
+        assert spec.title in page  # a section, or the line of claims not asked for
 
 
 def test_an_unreadable_partial_is_an_error_naming_the_spec_field():
@@ -110,7 +124,8 @@ def test_method_references_link_to_their_anchor():
                     '(<a class="method" href="docs/method.md#s7">method §7</a>) &lt;b&gt;')
     anchors = set(re.findall(r'<a id="(s[\d-]+)"></a>',
                              (ROOT / "docs" / "method.md").read_text(encoding="utf-8")))
-    page = render_report(json.loads(EXAMPLE.read_text(encoding="utf-8")))
+    page = render_report(json.loads(EXAMPLE.read_text(encoding="utf-8")),
+                         out_path=ROOT / "report.html")
     linked = re.findall(r'<a class="method" href="docs/method.md#(s[\d-]+)">', page)
     assert linked and set(linked) <= anchors  # every link lands on a section that exists
 
@@ -119,8 +134,9 @@ def test_method_url_is_relative_to_the_report_or_configured(tmp_path, monkeypatc
     monkeypatch.delenv(METHOD_URL_ENV, raising=False)
     assert method_url_for(ROOT / "runs" / "x" / "report.html") == "../../docs/method.md"
     assert method_url_for(ROOT / "report.html") == "docs/method.md"
-    assert method_url_for(tmp_path / "report.html") == DEFAULT_METHOD_URL  # outside
-    assert method_url_for() == DEFAULT_METHOD_URL
+    assert method_url_for(tmp_path / "report.html") is None  # outside: plain text, no link
+    assert method_url_for() is None  # rendered without a path
+    assert DEFAULT_METHOD_URL == "docs/method.md"
     monkeypatch.setenv(METHOD_URL_ENV, "https://example.org/method.md")
     assert method_url_for(tmp_path / "r.html") == "https://example.org/method.md"
     out = ROOT / "runs" / "test-report-sections" / "report.html"

@@ -13,6 +13,7 @@ import re
 from claims.records import VERDICTS
 
 from ..common import fmt
+from ..first_screen import control_outcome
 
 ROLE_ORDER = ("positive", "dose-response", "negative")
 #: The columns: (claim, level) and their heading.
@@ -53,11 +54,14 @@ def _cell(records: list[dict]) -> dict:
     for r in records:
         verdict = (r.get("expected") or {}).get("got") or r["verdict"]
         got[verdict] = got.get(verdict, 0) + 1
-    failed = sum(1 for r in records if (r.get("expected") or {}).get("met") is False)
-    met = sum(1 for r in records if (r.get("expected") or {}).get("met") is True)
-    state = "failed" if failed else "met" if met == len(records) else "free"
+    outcomes = [control_outcome(r) for r in records]
+    failed, met = outcomes.count("failed"), outcomes.count("met")
+    underpowered = outcomes.count("underpowered")
+    state = ("failed" if failed else "met" if met == len(records) else
+             "underpowered" if underpowered else "free")
     return {"empty": False, "expected": expected.get("verdict"), "why": expected.get("why", ""),
             "rules": expected.get("rules"), "n": len(records), "failed": failed, "state": state,
+            "underpowered": underpowered,
             "got": [(v, got[v]) for v in VERDICTS if got.get(v)]}
 
 
@@ -99,8 +103,12 @@ def context(results: dict) -> dict | None:
     roles = {}
     for row in rows:
         roles[row["role"]] = roles.get(row["role"], 0) + 1
+    outcomes = [control_outcome(r) for r in records]
     return {"rows": rows, "units": [label for _, _, label in UNITS], "failures": failures,
             "n_failed": len(failures), "n_records": len(records),
-            "n_met": sum(1 for r in records if (r.get("expected") or {}).get("met") is True),
+            "n_met": outcomes.count("met"),
+            # a record without an expectation, or underpowered, is neither a hit nor a miss
+            "n_judged": outcomes.count("met") + outcomes.count("failed"),
+            "n_none": outcomes.count("none"), "n_underpowered": outcomes.count("underpowered"),
             "roles": [(role, roles[role]) for role in ROLE_ORDER if role in roles],
             "rules": next(((r.get("expected") or {}).get("rules") for r in records), "ours")}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from ..common import direction, flat, fmt
-from ..method_link import DEFAULT_METHOD_URL, method_links
+from ..method_link import method_links
 
 
 def threshold_rows(thresholds: dict) -> list[dict]:
@@ -67,7 +67,7 @@ def whose_rule(source: str, ours_set: bool = False) -> str:
     return "ours" if text or ours_set else "unknown"
 
 
-def threshold_sections(thresholds: dict, method_url: str = DEFAULT_METHOD_URL) -> list[dict]:
+def threshold_sections(thresholds: dict, method_url: str | None = None) -> list[dict]:
     rows = threshold_rows(thresholds)
     for r in rows:
         r["linked"] = method_links(r["source"], method_url)
