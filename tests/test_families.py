@@ -122,11 +122,12 @@ def _texts(loaded):
 
 # --------------------------------------------------------------------------- the registry
 def test_built_in_families_are_registered_in_order():
-    assert families.names() == FAMILIES == ("timm-vit", "hf-bert", "hf-gpt2", "kpca-oracle")
-    assert [f.modality for f in families.all_families()] == ["image", "text", "text", "image"]
-    assert [f.causal for f in families.all_families()] == [False, False, True, False]
+    assert families.names() == FAMILIES == ("timm-vit", "hf-bert", "hf-gpt2", "kpca-oracle",
+                                            "hf-decoder")
+    assert [f.modality for f in families.all_families()] == ["image", "text", "text", "image", "text"]
+    assert [f.causal for f in families.all_families()] == [False, False, True, False, True]
     with pytest.raises(ValueError, match="unknown model family 'llama'; known families: timm-vit, "
-                                         "hf-bert, hf-gpt2, kpca-oracle"):
+                                         "hf-bert, hf-gpt2, kpca-oracle, hf-decoder"):
         families.get("llama")
 
 
@@ -164,8 +165,9 @@ def test_hf_model_types_pick_the_family():
         getattr(REGISTRY["gpt2"], a) for a in ("n_layers", "n_heads", "head_dim"))
     assert arch_shape("bert")[0] == "hf-bert"
     assert families.for_model_type("roberta", "x").name == "hf-bert"
-    with pytest.raises(NotImplementedError, match="model_type 't5'; the capture adapters support "
-                                                  "bert, .*, gpt2"):
+    with pytest.raises(NotImplementedError, match="model_type 't5', whose attention the suite "
+                                                  "cannot capture; supported model types: bert, "
+                                                  ".*, gpt2, llama"):
         families.for_model_type("t5", "t5")
 
 

@@ -1,0 +1,299 @@
+"""The ``hf-decoder`` family (fixtures/models/families/hf_decoder.py): capture parity per
+architecture on random-initialised tiny configs built here (no hub access, seconds each), the
+grouped-query head mapping against transformers' ``repeat_kv``, the two traps of capturing through
+``AttentionInterface``, where the claims are not applicable, and bad input (exit 4).
+
+Parity, two ways, per architecture:
+
+1. *Outputs*: the model loaded with the capture kernel and the same weights loaded with
+   ``attn_implementation="eager"`` give the same ``last_hidden_state`` **to the bit**, with and
+   without layers being watched: the capture kernel calls the module's own
+   ``eager_attention_forward`` unchanged and only copies its inputs.
+2. *Captured q, k, v*: fed through an independent softmax(s·q kᵀ + causal/padding/window mask)·v
+   written here (float64), they give the module's attention output within **1e-6 relative to
+   the largest |v|**: transformers' eager kernel takes its softmax in float32 even in a float64
+   forward (``softmax(..., dtype=torch.float32)``), so each weight carries up to 2^-24 relative
+   error and a row of N ≤ 12 weights up to about N·2^-24 ≈ 7e-7 of the largest value.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import fixtures  # noqa: F401  (torchvision shim before transformers)
+import transformers
+from transformers.models.llama.modeling_llama import repeat_kv
+
+from fixtures.models import families, loading
+from fixtures.models.capture import capture_qkv, float64_forward
+from fixtures.models.catalogue import ModelSpec
+from fixtures.models.families import hf_decoder
+from fixtures.models.families.hf_decoder import expected_mask
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.xdist_group("decoders")
+pytest_plugins = ["pytester"]
+
+SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+             num_attention_heads=4, max_position_embeddings=64)
+#: one tiny config per architecture: GQA (4 query heads, 2 KV heads) wherever the type has it,
+#: windows shorter than the 12-token texts where the type has windows
+CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(**SMALL, num_key_value_heads=2),
+    "mistral": lambda: transformers.MistralConfig(**SMALL, num_key_value_heads=2, sliding_window=5),
+    "qwen2": lambda: transformers.Qwen2Config(**SMALL, num_key_value_heads=2, attention_bias=True),
+    "qwen3": lambda: transformers.Qwen3Config(**SMALL, num_key_value_heads=1, head_dim=8),
+    "gemma2": lambda: transformers.Gemma2Config(**SMALL, num_key_value_heads=2, head_dim=8,
+                                                query_pre_attn_scalar=16, sliding_window=5),
+    "gemma3_text": lambda: transformers.Gemma3TextConfig(
+        **SMALL, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=16, sliding_window=5,
+        layer_types=["sliding_attention", "full_attention"]),
+    "olmo2": lambda: transformers.Olmo2Config(**SMALL, num_key_value_heads=2),
+    "gpt_neox": lambda: transformers.GPTNeoXConfig(**SMALL, rotary_pct=0.25),
+}
+N_TOKENS = 12
+
+
+def _spec(folder: Path, config) -> ModelSpec:
+    n_kv = families.get("hf-decoder").kv_heads(config)
+    return ModelSpec(key=f"tiny-{config.model_type}", family="hf-decoder", source="random",
+                     arch=str(folder), modality="text", n_layers=2, n_heads=4,
+                     head_dim=8, seed=0, n_kv_heads=None if n_kv == 4 else n_kv)
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def pair(request, tmp_path_factory):
+    """(capture-loaded model, eager-loaded model, config) with the same seeded weights."""
+    config = CONFIGS[request.param]()
+    folder = tmp_path_factory.mktemp(request.param)
+    config.save_pretrained(folder)
+    spec = _spec(folder, config)
+    captured = loading.load_model(spec)
+    eager = loading.load_model(spec, attn_implementation="eager")
+    assert captured.checkpoint_hash == eager.checkpoint_hash
+    return captured, eager, config
+
+
+def _batch() -> dict:
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 64, (3, N_TOKENS), generator=gen)
+    mask = torch.ones(3, N_TOKENS, dtype=torch.long)
+    mask[1, 9:] = 0  # right padding
+    mask[2, 4:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _hidden(loaded, batch) -> torch.Tensor:
+    with torch.no_grad():
+        return loaded.model(**batch, use_cache=False).last_hidden_state
+
+
+def test_outputs_with_capture_are_eager_outputs_to_the_bit(pair):
+    captured, eager, _ = pair
+    assert captured.model.config._attn_implementation == hf_decoder.CAPTURE
+    assert eager.model.config._attn_implementation == "eager"  # loading one did not write the other
+    batch = _batch()
+    reference = _hidden(eager, batch)
+    assert torch.equal(_hidden(captured, batch), reference)
+    store: dict = {}
+    adapter = families.get("hf-decoder")
+    handles = [adapter.watch(store, a, i) for i, a in enumerate(adapter.attention_modules(captured.model))]
+    try:
+        assert torch.equal(_hidden(captured, batch), reference)  # watched: still the same bits
+    finally:
+        for h in handles:
+            h.remove()
+    assert sorted(store) == [(0, "kernel"), (1, "kernel")]
+
+
+def _replay(got: dict, token_mask: torch.Tensor) -> torch.Tensor:
+    """softmax(s·q kᵀ [soft-capped where the kernel is] + mask)·v, written independently of
+    transformers, float64: [B, N, H, d] like the kernel's output."""
+    pad = ~token_mask[:, None, :, None]  # padded positions are never used (method §8.4)
+    q, k, v = (got[x].double().masked_fill(pad, 0.0) for x in "qkv")
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * got["scaling"]
+    if got["softcap"] is not None:
+        scores = got["softcap"] * torch.tanh(scores / got["softcap"])
+    allowed = expected_mask(token_mask, got["sliding_window"])[:, None]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2)
+
+
+def test_captured_qkv_reproduce_the_attention_output(pair):
+    captured, _, config = pair
+    batch = _batch()
+    adapter = families.get("hf-decoder")
+    attns = adapter.attention_modules(captured.model)
+    store: dict = {}
+    handles = [adapter.watch(store, a, i, keep_output=True) for i, a in enumerate(attns)]
+    try:
+        with torch.no_grad(), float64_forward(captured.model):
+            captured.model(**batch, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    token_mask = batch["attention_mask"].bool()
+    cap = capture_qkv(captured, batch, dtype=torch.float64)
+    for i in range(2):
+        got = store[(i, "kernel")]
+        assert got["scaling"] == attns[i].scaling == captured.scale  # the module's own scaling
+        want, out = _replay(got, token_mask), got["output"]
+        real = token_mask[:, :, None, None].expand_as(out)
+        bound = 1e-6 * float(got["v"].abs().max())
+        assert float((want - out)[real].abs().max()) <= bound, (config.model_type, i)
+        # what the claims get: the kernel's q; k, v repeated to one per query head
+        pad = ~token_mask[:, None, :, None]
+        n_rep = got["q"].shape[1] // got["k"].shape[1]
+        assert torch.equal(cap["q"][i], got["q"].masked_fill(pad, 0.0))
+        for name in "kv":
+            assert torch.equal(cap[name][i], repeat_kv(got[name], n_rep).masked_fill(pad, 0.0))
+    assert cap["qk_normed"] == (hf_decoder.ARCHS[config.model_type].qk_norm != "none")
+
+
+def test_gqa_query_head_reads_kv_head_h_over_n_rep():
+    """Query head h reads KV head h // n_rep: the capture's layout is repeat_kv's."""
+    k = torch.randn(2, 3, 5, 4, dtype=torch.float64)  # 3 KV heads
+    for n_rep in (1, 3):
+        expanded = repeat_kv(k, n_rep)
+        for h in range(3 * n_rep):
+            assert torch.equal(expanded[:, h], k[:, h // n_rep])
+        assert torch.equal(k.repeat_interleave(n_rep, dim=1), expanded)
+
+
+def test_a_kernel_without_a_mask_is_refused():
+    """The trap of registering a kernel without its mask entry: attention_mask=None, a silently
+    bidirectional model; the capture refuses it rather than judge it."""
+    adapter = families.get("hf-decoder")
+    got = {"mask": None, "sinks": None, "sliding_window": None}
+    with pytest.raises(NotImplementedError, match="received no mask"):
+        adapter.check_captured(0, {"kernel": got}, torch.ones(1, 4, dtype=torch.bool))
+    assert transformers.AttentionMaskInterface._global_mapping[hf_decoder.register_capture()] \
+        is transformers.masking_utils.eager_mask
+
+
+def test_loading_never_writes_a_shared_config(tmp_path):
+    """from_config(..., attn_implementation=...) writes the config it is given; the family
+    builds from a copy, so a config object stays as it was."""
+    config = CONFIGS["llama"]()
+    before = copy.deepcopy(config.to_dict())
+    config.save_pretrained(tmp_path)
+    spec = _spec(tmp_path, config)
+    a = loading.load_model(spec)
+    b = loading.load_model(spec, attn_implementation="eager")
+    assert a.model.config is not b.model.config
+    assert (a.model.config._attn_implementation, b.model.config._attn_implementation) == (
+        hf_decoder.CAPTURE, "eager")
+    assert config.to_dict() == before
+
+
+@pytest.mark.parametrize("model_type, n_tokens, layers", [
+    ("llama", 128, {}),
+    ("gemma2", 4, {0: "soft-capped", 1: "soft-capped"}),
+    ("mistral", 6, {0: "sliding window of 5", 1: "sliding window of 5"}),
+    ("mistral", 5, {}),
+    ("gemma3_text", 6, {0: "sliding window of 5"}),
+    ("gemma3_text", 5, {}),
+])
+def test_not_applicable_layers_and_why(model_type, n_tokens, layers):
+    found = families.get("hf-decoder").not_applicable(CONFIGS[model_type](), n_tokens)
+    assert sorted(found) == sorted(layers)
+    for layer, fragment in layers.items():
+        assert found[layer].startswith("not applicable: ") and fragment in found[layer]
+
+
+# ------------------------------------------------------------------------ bad input: exit 4
+def _claims(pytester, tmp_path: Path, *args: str):
+    from fixtures.engine.progress import set_progress_writer
+
+    try:
+        return pytester.runpytest_inprocess(
+            str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+            "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "-rs", "-p",
+            "no:randomly", *args)
+    finally:
+        set_progress_writer(None)
+
+
+def usage_error(result, tmp_path: Path) -> str:
+    err = result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, (result.ret, result.stdout.str()[-2000:], err[-2000:])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ERROR: "), err
+    assert "Traceback" not in err + result.stdout.str()
+    assert not (tmp_path / "out" / "results.json").exists()
+    return lines[0]
+
+
+def _folder(tmp_path: Path, config, weights: bool = True) -> Path:
+    """A save_pretrained folder: config, a word-level tokenizer of the default texts, weights."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder = tmp_path / config.model_type
+    config.save_pretrained(folder)
+    words = (ROOT / "fixtures" / "data" / "sentences.txt").read_text(encoding="utf-8").split()
+    vocab = {"<unk>": 0, "<pad>": 1}
+    for word in words:
+        if len(vocab) < config.vocab_size:
+            vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>",
+                                         pad_token="<pad>").save_pretrained(folder)
+    if weights:
+        model = transformers.AutoModel.from_config(copy.deepcopy(config))
+        model.save_pretrained(folder)
+    return folder
+
+
+def test_an_unsupported_model_type_is_a_usage_error(pytester, tmp_path):
+    folder = _folder(tmp_path, transformers.FalconConfig(vocab_size=64, hidden_size=32,
+                                                         num_hidden_layers=1, num_attention_heads=4))
+    line = usage_error(_claims(pytester, tmp_path, "--checkpoint", str(folder / "model.safetensors"),
+                                "--arch", str(folder)), tmp_path)
+    assert f"arch '{folder}' has model_type 'falcon', whose attention the suite cannot capture; " \
+           "supported model types: bert," in line
+    for model_type in ("gpt2", *hf_decoder.ARCHS):
+        assert model_type in line
+
+
+def test_an_attention_the_family_cannot_capture_is_a_usage_error(pytester, tmp_path):
+    config = transformers.Qwen3Config(**SMALL, num_key_value_heads=2,
+                                      layer_types=["full_attention", "linear_attention"])
+    folder = _folder(tmp_path, config, weights=False)
+    (folder / "model.safetensors").write_bytes(b"")
+    line = usage_error(_claims(pytester, tmp_path, "--checkpoint", str(folder / "model.safetensors"),
+                                "--arch", str(folder)), tmp_path)
+    assert "layer types ['full_attention', 'linear_attention']" in line
+    assert "full_attention and sliding_attention layers only" in line
+
+
+def test_a_gguf_file_without_the_gguf_package_is_a_usage_error(pytester, tmp_path, monkeypatch):
+    gguf = tmp_path / "model.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(loading, "gguf_installed", lambda: False)
+    line = usage_error(_claims(pytester, tmp_path, "--checkpoint", str(gguf), "--arch", str(gguf)),
+                        tmp_path)
+    assert line == (f"ERROR: checkpoint {gguf} is a GGUF file, which transformers reads only with "
+                    "the gguf package (and accelerate): install them (pip install gguf accelerate) "
+                    "or give a .safetensors checkpoint")
+
+
+def test_a_llama_checkpoint_folder_runs(pytester, tmp_path):
+    """The issue's case: a Llama folder written by save_pretrained (2 layers, 4 query heads,
+    2 KV heads) runs; claim J is skipped with the family's reason (method §5.5)."""
+    folder = _folder(tmp_path, CONFIGS["llama"]())
+    result = _claims(pytester, tmp_path, "--checkpoint", str(folder / "model.safetensors"),
+                     "--arch", str(folder), "--layers", "0", "--n-samples", "3", "--threads", "1",
+                     "--max-tokens", "16", "-k", "value_vectors or gram_spectrum or projection_loss")
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    claims = {r["claim"] for r in results["records"]}
+    assert {"V", "E"} <= claims and "J" not in claims
+    assert "claim J is not defined under a causal mask" in result.stdout.str()
