@@ -233,8 +233,6 @@ def usage_error(result, tmp_path: Path) -> str:
 
 def _folder(tmp_path: Path, config, weights: bool = True) -> Path:
     """A save_pretrained folder: config, a word-level tokenizer of the default texts, weights."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     folder = tmp_path / config.model_type
     config.save_pretrained(folder)
     words = (ROOT / "fixtures" / "data" / "sentences.txt").read_text(encoding="utf-8").split()
@@ -242,10 +240,12 @@ def _folder(tmp_path: Path, config, weights: bool = True) -> Path:
     for word in words:
         if len(vocab) < config.vocab_size:
             vocab.setdefault(word, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>",
-                                         pad_token="<pad>").save_pretrained(folder)
+    spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+            "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"),
+                                         unk_token="<unk>", pad_token="<pad>").save_pretrained(folder)
     if weights:
         model = transformers.AutoModel.from_config(copy.deepcopy(config))
         model.save_pretrained(folder)
