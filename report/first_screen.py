@@ -89,7 +89,7 @@ def rule_sentence(results: dict, claim: str) -> str:
     section = _rule_section(results, claim)
     sup, ref, extra = _ruleset_tables(section, rules)
     if not sup and not ref:
-        return "no rule recorded for this claim in the run's thresholds"
+        return f"rule set {rules}, whose thresholds record no rule for this claim"
     over = " over the whole 95% interval" if rules == "ours" else " on the mean over samples"
     mode = extra.get("refuted_mode", section.get("refuted_mode", "all"))
     parts = []
@@ -100,7 +100,7 @@ def rule_sentence(results: dict, claim: str) -> str:
     refuted += [f"{m} at chance (equivalence test)" for m in chance]
     if refuted:
         parts.append("refuted when " + (" or " if mode == "any" or chance else " and ").join(refuted))
-    return f"rules {rules}: " + "; ".join(parts) + "; inconclusive otherwise"
+    return f"rule set {rules}: " + "; ".join(parts) + "; inconclusive otherwise"
 
 
 # ------------------------------------------------------------------------------ judged numbers
@@ -201,6 +201,9 @@ def completeness_state(results: dict, reasons: list[str]) -> dict:
     words = EXIT_WORDS.get(status) if isinstance(status, int) else None
     exit_text = f"exit status {fmt(status)}" + (f" ({words})" if words else "")
     n_records = len(results["records"])
+    merged = (results.get("provenance") or {}).get("merged_from")
+    if merged:
+        exit_text = f"a merge of {len(merged)} shard{'s' if len(merged) != 1 else ''}; " + exit_text
     if results["complete"] and not results["not_run"]:
         return {"kind": "ok", "text": f"complete: every collected claim test ran and left a record "
                                       f"({n_records} records); {exit_text}."}
