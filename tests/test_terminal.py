@@ -319,3 +319,35 @@ def test_a_short_stage_prints_only_its_closing_line(monkeypatch):
     finally:
         set_progress_writer(None)
     assert lines == ["[kpca] m claim J 6/6 layers, 0.2 s/layer, done in 1 s"]
+
+
+@pytest.mark.slow
+def test_a_run_logged_to_a_file_shows_each_model_and_stage_while_it_runs(tmp_path):
+    """Output redirected to files, as on CI or in a Slurm job (no TTY), -n 2: stderr carries one
+    line per model and stage (loading, captured, claim V/J/E done with its time) from the
+    workers; under -q, none."""
+    import os
+    import subprocess
+    import sys
+
+    def run(*extra: str) -> str:
+        log = tmp_path / f"log{len(extra)}"
+        with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "claims/", "-p", "no:cacheprovider", *SMALL,
+                 "-n", "2", "--out", str(tmp_path / f"out{len(extra)}"),
+                 "--cache-dir", str(tmp_path / f"cache{len(extra)}"), *extra],
+                cwd=ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL, timeout=600,
+                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 1, log.with_suffix(".out").read_text()[-3000:]
+        return log.with_suffix(".err").read_text()
+
+    m = "random-vit_tiny_patch16_224"
+    err = run()
+    assert re.search(rf"^\[gw[01]\] loading {m} \(", err, re.M), err[-3000:]
+    assert re.search(rf"^\[gw[01]\] {m} ready in [\d.]+ s \(captured Q/K/V of 4 samples", err, re.M)
+    for claim in "VJE":
+        assert re.search(rf"^\[gw[01]\] {m} claim {claim} 1/1 layer, [\d.]+ s/layer, done in "
+                         r"(<1|\d+) (s|min)$", err, re.M), err[-3000:]
+    quiet = run("-q")
+    assert not re.search(r"^\[(gw\d|kpca)\] ", quiet, re.M), quiet[-3000:]
