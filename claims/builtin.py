@@ -22,6 +22,7 @@ V = register(ClaimSpec(
     statement="The learned value vectors V of each head equal the kernel-PCA value matrix "
               "V̂ = G(I − 11ᵀ/N)A built from the keys' centred Gram eigenvectors.",
     source="P1 §2; P2 finding 1; method §2", unit="head", levels=("head", "model"),
+    heads="kv",  # reads keys and values only: one test per KV head (method §5.7)
     layer_metrics="claims.value_layer:layer_metrics",
     metrics=V_METRICS, settings="claims.value_layer:cache_settings",
     # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
@@ -51,6 +52,7 @@ E = register(ClaimSpec(
     statement="The Gram eigenvalue statistics are reproducible, and γ_i = (K̃â)_i/(N â_i) is "
               "constant over i for the â recovered from the learned V.",
     source="P1 §2.2.2; P2 finding 3; method §4", unit="head", levels=("head", "model"),
+    heads="kv",  # reads keys and values only: one test per KV head (method §5.7)
     layer_metrics="claims.gram_layer:layer_metrics",
     report_context="report.sections.claim_e_section:context",
     template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py",

@@ -91,6 +91,12 @@ class ClaimSpec:
         its records: ``sample_rows(record, run) -> list[dict]``, ``run`` the record's
         :class:`fixtures.engine.model_run.ModelRun` (``run.layer_metrics(id, layer)``,
         ``run.prepare()``); ``[]`` for a record without rows. None: its records have no rows.
+    heads : {"query", "kv"}
+        What its head unit is on a grouped-query model (method §5.7): ``"kv"`` when it reads the
+        keys and values only (claims V and E: the Gram, V̂ and γ are the same for every query
+        head of a group), so that it is judged once per (layer, KV head), test id
+        ``model-Lxx-KVy``; ``"query"`` (the default) when it reads the queries, once per query
+        head (``model-Lxx-Hz``), query head h reading KV head h // n_rep.
     """
 
     id: str
@@ -113,8 +119,11 @@ class ClaimSpec:
     method_version: str = "1"
     record_sections: dict[str, str] = field(default_factory=dict)
     sample_rows: str | Callable | None = None
+    heads: str = "query"
 
     def __post_init__(self) -> None:
+        if self.heads not in ("query", "kv"):
+            raise ValueError(f"claim {self.id!r}: heads {self.heads!r} is not 'query' or 'kv'")
         if self.unit not in UNITS:
             raise ValueError(f"claim {self.id!r}: unit {self.unit!r} is not one of {UNITS}")
         bad = [lv for lv in self.levels if lv not in UNITS]

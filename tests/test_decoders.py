@@ -297,3 +297,27 @@ def test_a_llama_checkpoint_folder_runs(pytester, tmp_path):
     claims = {r["claim"] for r in results["records"]}
     assert {"V", "E"} <= claims and "J" not in claims
     assert "claim J is not defined under a causal mask" in result.stdout.str()
+    # grouped-query heads (method §5.7): V and E read keys and values only, so one test per
+    # (layer, KV head), never n_rep copies of one KV result; the record's head is the group's
+    # first query head (h = kv·n_rep), the test id names the KV head
+    heads = sorted((r["claim"], r["test_id"].split("[")[1].rstrip("]"), r["head"])
+                   for r in results["records"] if r["level"] == "head")
+    assert heads == [(c, f"checkpoint-model-L00-KV{kv}", 2 * kv) for c in "EV" for kv in (0, 1)]
+
+
+def test_layers_where_the_claims_do_not_apply_are_skipped_with_the_reason(pytester, tmp_path):
+    """Gemma 3's sliding layer 0 (window 5) on texts of up to 16 tokens: its V and E tests are
+    skipped as not applicable, never refuted; the full-attention layer 1 is judged, and the
+    model-level records aggregate over it alone."""
+    folder = _folder(tmp_path, CONFIGS["gemma3_text"]())
+    result = _claims(pytester, tmp_path, "--checkpoint", str(folder / "model.safetensors"),
+                     "--arch", str(folder), "--n-samples", "3", "--threads", "1",
+                     "--max-tokens", "16", "-k", "value_vectors or gamma_constancy")
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    out = result.stdout.str()
+    assert "claim V of checkpoint-model-L00-KV0 is not applicable: layer 0 attends within a "            "sliding window of 5 tokens, shorter than the 16 tokens" in out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["layer"] for r in results["records"] if r["level"] == "head"} == {1}
+    assert all(r["verdict"] != "refuted" or r["layer"] == 1 for r in results["records"])
+    skipped = results.get("skipped") or {}
+    assert sum("not applicable" in why for why in skipped.values()) == 4  # V, E × 2 KV heads
