@@ -32,7 +32,7 @@ from claims.records import VERDICTS
 from .atomic import atomic_write_text
 from .common import LETTERS, VERDICT_HELP, fmt
 from .first_screen import (claim_lines, completeness_state, controls_state, enrich_grid,
-                           reproduce_state, requested_claims)
+                           metric_words, reproduce_state, requested_claims)
 from .index import Index, spec_of
 from .method_link import method_url_for, safe_link
 from .overview import grid_context, not_run_groups, summary_context
@@ -57,6 +57,7 @@ def _environment() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["fmt"] = fmt
+    env.filters["words"] = metric_words  # a metric key as words (its key in the cell's title)
     return env
 
 

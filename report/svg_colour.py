@@ -98,6 +98,43 @@ def scale_ticks(scale: ColourScale, n: int = 5) -> list[Tick]:
                  f"{scale.vmin + (scale.vmax - scale.vmin) * i / (n - 1):.3g}") for i in range(n)]
 
 
+#: The width of a character of a colour bar's labels (10 px sans-serif), for their layout.
+CHAR_PX = 5.8
+
+
+def mark_layout(xs: list[float], labels: list[str], total_w: float) -> list[tuple[int, str]]:
+    """(row, text-anchor) of each marked value of a colour bar, row 0 nearest the bar. A mark's
+    line runs from its label's row down to the bar, so it crosses every label in a lower row
+    whose text spans its x; the layout with the fewest such crossings, then the least text
+    outside the picture, then the most labels pointing to the middle, wins (every order and
+    side is tried for up to 5 marks; more keep the value order)."""
+    from itertools import permutations, product
+
+    n = len(xs)
+    default = ["start" if x < total_w / 2 else "end" for x in xs]
+    if n == 0 or n > 5:
+        return [(n - 1 - i, default[i]) for i in range(n)]
+
+    def span(i: int, anchor: str) -> tuple[float, float]:
+        w = CHAR_PX * len(labels[i])
+        return (xs[i] + 3, xs[i] + 3 + w) if anchor == "start" else (xs[i] - 3 - w, xs[i] - 3)
+
+    best = None
+    for order in permutations(range(n)):  # order[r]: the mark in row r
+        for anchors in product(("start", "end"), repeat=n):
+            spans = {i: span(i, anchors[i]) for i in range(n)}
+            crossings = sum(1 for r, i in enumerate(order) for j in order[:r]
+                            if spans[j][0] - 2 <= xs[i] <= spans[j][1] + 2)
+            outside = sum(max(0.0, -lo) + max(0.0, hi - total_w) for lo, hi in spans.values())
+            turned = sum(a != d for a, d in zip(anchors, default))
+            key = (crossings, round(outside), turned, order[::-1])
+            if best is None or key < best[0]:
+                best = (key, order, anchors)
+    _, order, anchors = best
+    row = {i: r for r, i in enumerate(order)}
+    return [(row[i], anchors[i]) for i in range(n)]
+
+
 def colour_bar(scale: ColourScale, element_id: str, ticks: list[Tick] | None = None,
                width: int = 320, note: str = "") -> str:
     """A horizontal colour bar with tick labels below and marked values (lines) above.
@@ -144,14 +181,12 @@ def colour_bar(scale: ColourScale, element_id: str, ticks: list[Tick] | None = N
                    f'stroke="{AXIS}"/>'
                    f'<text x="{x}" y="{top + bar_h + 14}" text-anchor="middle">'
                    f'{esc(t.label)}</text>')
-    for i, t in enumerate(sorted(marks, key=lambda m: (m.value, m.label))):
-        p = scale.position(t.value)
-        if p is None:
-            continue
-        x = left + p * width
-        ly = top - 4 - 12 * (len(marks) - 1 - i)
-        anchor = "start" if p < 0.5 else "end"
-        dx = 3 if p < 0.5 else -3
+    placed = [(t, left + p * width) for t in sorted(marks, key=lambda m: (m.value, m.label))
+              if (p := scale.position(t.value)) is not None]
+    for (t, x), (row, anchor) in zip(placed, mark_layout([x for _, x in placed],
+                                                         [t.label for t, _ in placed], total_w)):
+        ly = top - 4 - 12 * row
+        dx = 3 if anchor == "start" else -3
         out.append(f'<line x1="{num(x)}" x2="{num(x)}" y1="{num(ly + 2)}" y2="{top + bar_h}" '
                    f'stroke="#000000" stroke-width="1.5"/>'
                    f'<text x="{num(x + dx)}" y="{num(ly)}" text-anchor="{anchor}">'

@@ -145,9 +145,9 @@ def test_claim_j_plots_reference_range_and_negative_j(page):
     circles = re.findall(r'<circle [^>]*fill="(#[0-9a-f]{6})" stroke="#000000"', series)
     assert circles.count("#ffffff") == 5 and circles.count("#000000") == 2  # + the legend marker
     ratio = element(page, "svg", "jseries-ratio-p1-tiny-vit-series-0")
-    assert "log10_ratio_after_epoch_10: 10^2.35–10^3.63" in ratio
+    assert "log10 ratio after epoch 10: 10^2.35–10^3.63" in ratio  # the key in words
     # per-layer plots: the run's thresholds section claim_j_reference (no record reference there)
-    assert ("p2_logs_log10_ratio_after_epoch_10: 10^2.35–10^3.63"
+    assert ("P2-logs, after epoch 10: 10^2.35–10^3.63"
             in element(page, "svg", f"jratio-{MINI}"))
     text = " ".join(page.split())
     assert "(5 of 6 checkpoints)" in text and "hollow marker where J<sub>proj</sub> &lt; 0" in text

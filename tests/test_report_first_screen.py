@@ -215,3 +215,30 @@ def test_the_first_screen_answers_within_1000_px_for_the_default_run_and_a_merge
         assert pic.returncode == 0 and shot.stat().st_size > 10_000, pic.stderr[-2000:]
         if os.environ.get("KPCA_UPDATE_SCREENSHOTS") == "1":
             shutil.copyfile(shot, ROOT / "docs" / name)
+
+
+def test_colour_bar_labels_cross_no_marker_line():
+    """The reference range's two marks on claim J's colour bar (before: the lower label, drawn
+    leftwards under the higher one, crossed its line), and three close marks near an edge."""
+    from report.svg_colour import CHAR_PX, mark_layout
+
+    for xs, labels in (([216.0, 248.0], ["reference low 10^2.35", "reference high 10^3.63"]),
+                       ([40.0, 300.0, 330.0], ["median eigen 8.64e-13", "median learned 0.848",
+                                               "median perturbed 0.923"])):
+        layout = mark_layout(xs, labels, 384)
+        for i, (row_i, _) in enumerate(layout):
+            for j, (row_j, anchor) in enumerate(layout):
+                if row_j < row_i:  # i's line runs down through j's row
+                    w = CHAR_PX * len(labels[j])
+                    lo, hi = ((xs[j] + 3, xs[j] + 3 + w) if anchor == "start"
+                              else (xs[j] - 3 - w, xs[j] - 3))
+                    assert not lo - 2 <= xs[i] <= hi + 2, (xs, layout)
+
+
+def test_names_read_as_words_and_narrow_columns_break_only_between_words(example):
+    html = render_report(example)
+    section = re.search(r'<section id="claim-v">.*?</section>', html, re.S).group(0)
+    assert '<td title="results.json: optimal_cosine">optimal cosine</td>' in section
+    assert "P2-logs, after epoch 10: 10^2.35" in html and "p2_logs_log10_ratio_after" not in (
+        re.sub(r"<(code|details)[^>]*>.*?</\1>", "", html, flags=re.S))
+    assert "td code, td.mono { overflow-wrap: break-word; }" in html

@@ -20,6 +20,15 @@ from ..svg_line_plot import Band, Series, line_plot
 from ..svg_primitives import Tick, finite, power_label
 
 
+def band_words(key: str) -> str:
+    """A reference range's key as words: ``p2_logs_log10_ratio_after_epoch_10`` → ``P2-logs,
+    after epoch 10``; any other key with its underscores as spaces."""
+    if key.startswith("p2_logs_log10_ratio"):
+        rest = key[len("p2_logs_log10_ratio"):].strip("_").replace("_", " ")
+        return "P2-logs" + (f", {rest}" if rest else "")
+    return key.replace("_", " ")
+
+
 def reference_bands(rec: Record | None, thresholds: dict, section: str = "claim_j") -> list[Band]:
     """Reference ranges of log10(‖h‖²/‖φ‖²): entries whose key contains "log10_ratio" with a
     [lo, hi] pair, taken from the record's ``reference``, else from the run's thresholds section
@@ -32,7 +41,7 @@ def reference_bands(rec: Record | None, thresholds: dict, section: str = "claim_
             if ("log10_ratio" in key and isinstance(val, (list, tuple)) and len(val) == 2
                     and all(finite(v) for v in val)):
                 bands.append(Band(float(min(val)), float(max(val)),
-                                  f"{key}: 10^{fmt(min(val))}–10^{fmt(max(val))}"))
+                                  f"{band_words(key)}: 10^{fmt(min(val))}–10^{fmt(max(val))}"))
         if bands:
             return bands
     return []
@@ -72,7 +81,8 @@ def _heatmap(index, model: str, layer_recs: list[Record], bands: list[Band], sid
     hi = math.ceil(max(finite_vals + [b.hi for b in bands]))
     scale = ColourScale(float(lo), float(max(hi, lo + 1)),
                         label="ratio ‖h‖²/‖φ‖² per head (log scale)")
-    ticks = [Tick(float(k), power_label(k)) for k in range(lo, max(hi, lo + 1) + 1)]
+    step = max(1, math.ceil((max(hi, lo + 1) - lo) / 8))  # at most 9 labelled decades: no overlap
+    ticks = [Tick(float(k), power_label(k)) for k in range(lo, max(hi, lo + 1) + 1, step)]
     ticks += [Tick(b.lo, f"reference low 10^{fmt(b.lo)}", True) for b in bands[:1]]
     ticks += [Tick(b.hi, f"reference high 10^{fmt(b.hi)}", True) for b in bands[:1]]
     heatmap_svg = Markup(heatmap(
