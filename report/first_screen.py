@@ -140,20 +140,24 @@ EXIT_WORDS = {0: "every claim test supported", 1: "some claim not supported: the
 
 
 def control_outcome(rec: dict) -> str:
-    """``failed``, ``met``, ``underpowered`` or ``none`` (no expectation) for a control record.
-    ``underpowered`` (a control at a sample count too small to power it) is read from the record
-    (``control_outcome`` or ``underpowered``, on the record or its ``expected``), never decided
-    here; it is neither a hit nor a miss."""
+    """``failed``, ``met``, ``underpowered`` or ``none`` (no expectation) for a control record:
+    its ``expected.outcome`` as the run wrote it (fixtures/models/controls.py: ``as_expected``,
+    ``instrument_failure``, ``underpowered``, ``no_expectation``), else ``expected.met``. An
+    underpowered control (too few samples to reach its expected verdict) is read from the record,
+    never decided here; it is neither a hit nor a miss."""
     expected = rec.get("expected") if isinstance(rec.get("expected"), dict) else {}
-    for where in (rec, expected):
-        if where.get("control_outcome") == "underpowered" or where.get("outcome") == "underpowered" \
-                or where.get("underpowered") is True:
-            return "underpowered"
+    outcome = expected.get("outcome", rec.get("control_outcome"))
+    if outcome in _OUTCOMES:
+        return _OUTCOMES[outcome]
     if expected.get("met") is False:
         return "failed"
     if expected.get("met") is True:
         return "met"
     return "none"
+
+
+_OUTCOMES = {"as_expected": "met", "instrument_failure": "failed", "underpowered": "underpowered",
+             "no_expectation": "none"}
 
 
 def controls_state(results: dict) -> dict | None:
@@ -182,7 +186,7 @@ def controls_state(results: dict) -> dict | None:
         kind = "bad"
     else:
         text = (f"all {judged} control records with an expectation as expected "
-                f"({models} controls)")
+                f"({models} control{'s' if models != 1 else ''})")
         kind = "ok"
     extra = []
     if n["underpowered"]:

@@ -136,8 +136,10 @@ def test_counts_and_colours_mean_one_thing(example):
     results = json.loads(json.dumps(example))
     results["records"] = [controls.annotate(r, r["model"]) for r in results["records"]]
     ctrl = [r for r in results["records"] if r.get("control")]
-    ctrl[0]["expected"] = {**ctrl[0]["expected"], "met": None, "verdict": None, "verdicts": []}
-    ctrl[1]["control_outcome"] = "underpowered"
+    ctrl[0]["expected"] = {**ctrl[0]["expected"], "met": None, "verdict": None, "verdicts": [],
+                           "outcome": "no_expectation"}
+    ctrl[1]["expected"] = {**ctrl[1]["expected"], "met": None, "outcome": "underpowered",
+                           "underpowered": "too few samples"}  # as fixtures/models/controls.py
     html = render_report(results)
     state = re.search(r'<li id="controls-state".*?</li>', html, re.S).group(0)
     met = sum(1 for r in ctrl[2:] if r["expected"].get("met") is True)
