@@ -86,7 +86,8 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
     means over (sample, head) units, the excess (R² − null)/(1 − null), 95% bootstrap intervals
     over samples (whole samples, all their units together), and the tests against chance on the
     per-sample mean difference R² − null: the sign-flip test ("above chance") and the
-    equivalence test ("at chance", margin ``[claim_j.ours.chance_margin.output_r2]``), method §7.2.
+    equivalence test ("at chance", margin ``[claim_j.ours.chance_margin.output_r2]`` of the room
+    1 − null above the null, :func:`claims.verdicts.absolute_margin`), method §7.2.
     None when the terms carry no output fit."""
     from checks.nulls import tost_pvalues
     from checks.stats import bootstrap_weights, excess_over_null, sign_flip_pvalues
@@ -112,7 +113,7 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
     ci = percentile_interval(torch.stack([draws[:, 0], draws[:, 1], excess], 1), level).tolist()
     diff = (per_sample[:, 0] - per_sample[:, 1]).unsqueeze(1)
     resamples = int(settings["permutation_resamples"])
-    margin = float(verdicts.chance_margins(RULES)["output_r2"])
+    margin = float(verdicts.absolute_margin(RULES, "output_r2", float(mean[1])))
     alpha = float(settings["alpha"])
     p = float(sign_flip_pvalues(diff, None, seed, resamples)[0])
     p_tost = float(tost_pvalues(diff, None, margin, seed, resamples)[0])
@@ -121,6 +122,7 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
             "ci": {"output_r2": ci[0], "output_r2_excess": ci[2]}, "ci_null": ci[1],
             "vs_null": {"p": p, "above_chance": p < alpha, "tost_p": p_tost,
                         "at_chance": p_tost < alpha, "margin": margin,
+                        "margin_share": float(verdicts.chance_margins(RULES)["output_r2"]),
                         "n_samples": int(per_sample.shape[0])},
             **({"excluded": excluded} if excluded else {})}
 
@@ -146,19 +148,19 @@ def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
     short = fit.get("undetermined") if fit is not None else None
     if short is not None:  # no sample to fit: V̂ has fewer than d columns in every one
         fit = None
-    bar = next((r.value for r in verdicts.ours_rules(RULES, "supported") if r.metric == "output_r2"),
-               None)
+    min_room = float(verdicts.load_thresholds()[RULES]["ours"]["min_room"])
     if short is not None:
         for name in OURS_METRICS:
             metrics[name] = None
             undefined[name] = short
         ci = {k: b for k, b in (ci or {}).items() if k not in OURS_METRICS}
-    elif fit is not None and bar is not None and fit["output_r2_null"] >= bar:
-        # the token-shuffled V̂ already meets the support bar: softmax·V spans whatever
-        # softmax·V̂ spans (attention of rank <= d), so the fit cannot tell (method §3.6)
+    elif fit is not None and 1.0 - fit["output_r2_null"] < min_room:
+        # the token-shuffled V̂ leaves no room above it: softmax·V spans whatever softmax·V̂
+        # spans (attention of rank <= d), so the fit cannot tell (method §3.6)
         why = (f"the output fit cannot discriminate: the token-shuffled V_hat already explains "
-               f"{fit['output_r2_null']:.3g} of the output (>= the support bar {bar:g}), as "
-               "happens when the attention matrix has rank <= d")
+               f"all but {1.0 - fit['output_r2_null']:.2g} of the output's variance (room "
+               f"below [claim_j.ours] min_room = {min_room:g}), as happens when the attention "
+               "matrix has rank <= d")
         for name in OURS_METRICS:
             metrics[name] = None
             undefined[name] = why

@@ -10,7 +10,8 @@ from . import round_off_widths as round_off, verdicts
 from .names import V_MEASURED
 from .names import V_P2_CODE_METRICS as P2_CODE_METRICS
 from .records import VRecord, finite_or_none, head_sample_rows
-from .value_chance import RULES, CHANCE_METRICS, chance_pvalues, interval_stats, vs_null_record
+from .value_chance import (RULES, CHANCE_METRICS, chance_pvalues, equivalence_margins,
+                           interval_stats, vs_null_record)
 METRICS = V_MEASURED
 
 
@@ -94,8 +95,9 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     tost_adjusted = adjust_pvalues(tost.T, correction).T
     units = [(l, h) for l in layers for h in heads]
     n_kept = keep.sum(0)
+    margins = equivalence_margins(metrics, keep)
     result = {unit: {"vs_null": vs_null_record(p[i], adjusted[i], int(n_kept[i]), tost[i],
-                                               tost_adjusted[i])}
+                                               tost_adjusted[i], margins[i])}
               for i, unit in enumerate(units)}
     all_metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
                    for name in METRICS for n in (name, f"{name}_null")}
@@ -174,7 +176,8 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
                       for name in CHANCE_METRICS for n in (name, f"{name}_null")}
         p = chance_pvalues(per_sample, count > 0, seed)[0]
         tost = chance_pvalues(per_sample, count > 0, seed, equivalence=True)[0]
-        vs_null = vs_null_record(p, p, int((count > 0).sum()), tost, tost)
+        vs_null = vs_null_record(p, p, int((count > 0).sum()), tost, tost,
+                                 equivalence_margins(per_sample, count > 0)[0])
     above = ({m: t["above_chance"] for m, t in vs_null.items()}
              if all(t.get("can_reject", True) for t in vs_null.values()) else None)
     at = {m: bool(t.get("at_chance")) for m, t in vs_null.items()}
@@ -250,7 +253,8 @@ def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torc
         p = chance_pvalues(grid, keep.unsqueeze(1), seed_from(f"{model}-V-vs-null"))[0]
         tost = chance_pvalues(grid, keep.unsqueeze(1), seed_from(f"{model}-V-at-chance"),
                               equivalence=True)[0]
-        statistics = {"vs_null": vs_null_record(p, p, int(keep.sum()), tost, tost),
+        statistics = {"vs_null": vs_null_record(p, p, int(keep.sum()), tost, tost,
+                                                equivalence_margins(grid, keep.unsqueeze(1))[0]),
                       **interval_stats(grid, keep.unsqueeze(1), head_seed(model), per_unit=True)[0]}
     intervals = {k: statistics[k] for k in ("ci", "ci_null")}
     eff = layer_metrics["effective_rows"][:, head] if "effective_rows" in layer_metrics else None

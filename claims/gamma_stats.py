@@ -109,7 +109,8 @@ def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> l
     difference of invariant-subspace residuals ρ(null) − ρ(learned) over the kept samples
     (``keep`` [S, H]): *above chance* (one-sided sign-flip test: the learned span is more nearly
     invariant than the token-shuffled values' span) and *at chance* (TOST with margin
-    ``[claim_e_gamma.ours.chance_margin.gamma_subspace_residual]``), both BH-adjusted across the
+    ``[claim_e_gamma.ours.chance_margin.gamma_subspace_residual]`` of the room between the
+    null's mean residual and 0, :func:`claims.verdicts.absolute_margin`), both BH-adjusted across the
     layer's heads (``[rule_sets.ours].correction``)."""
     from checks.nulls import tost_pvalues
     from checks.stats import adjust_pvalues, sign_flip_pvalues
@@ -117,7 +118,10 @@ def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> l
     settings = verdicts.rule_set_settings()
     diff = (t["gamma_null_subspace"] - t["gamma_learned_subspace"]).to(torch.float64)  # [S, H]
     resamples = int(settings["permutation_resamples"])
-    margin = float(verdicts.chance_margins(GAMMA)["gamma_subspace_residual"])
+    k = keep.to(torch.float64)
+    null_mean = (t["gamma_null_subspace"].to(torch.float64) * k).sum(0) / k.sum(0).clamp_min(1)
+    margin = verdicts.absolute_margin(GAMMA, "gamma_subspace_residual", null_mean)  # [H]
+    share = float(verdicts.chance_margins(GAMMA)["gamma_subspace_residual"])
     alpha, correction = float(settings["alpha"]), str(settings["correction"])
     p = sign_flip_pvalues(diff, keep, seed, resamples)
     tost = tost_pvalues(diff, keep, margin, seed + 1, resamples)
@@ -128,7 +132,8 @@ def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> l
     return [{"p": float(p[h]),
              "p_adjusted": float(p_adj[h]), "above_chance": bool(p_adj[h] < alpha),
              "tost_p": float(tost[h]), "tost_p_adjusted": float(tost_adj[h]),
-             "at_chance": bool(tost_adj[h] < alpha), "margin": margin,
+             "at_chance": bool(tost_adj[h] < alpha), "margin": float(margin[h]),
+             "margin_share": share,
              "can_reject": bool(can_reject[h]), "n_samples": int(n[h])}
             for h in range(diff.shape[1])]
 

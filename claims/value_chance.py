@@ -59,12 +59,27 @@ def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: i
     return out if per_unit else out[0]
 
 
+def equivalence_margins(metrics: dict[str, torch.Tensor], keep: torch.Tensor) -> torch.Tensor:
+    """The margins of the equivalence test, [U, len(CHANCE_METRICS)] (NaN for a metric without
+    one): ``[claim_v.ours.chance_margin]``'s share of each unit's room 1 − null, with the null's
+    mean over the unit's kept samples (:func:`claims.verdicts.absolute_margin`, method §7.2)."""
+    k = keep.to(torch.float64)  # [S, U]
+    count = k.sum(0).clamp_min(1)
+    shares = verdicts.chance_margins(RULES)
+    cols = []
+    for name in CHANCE_METRICS:
+        null_mean = (metrics[f"{name}_null"].to(torch.float64) * k).sum(0) / count  # [U]
+        cols.append(verdicts.absolute_margin(RULES, name, null_mean) if name in shares
+                    else torch.full_like(null_mean, math.nan))
+    return torch.stack(cols, dim=-1)
+
+
 def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
                    equivalence: bool = False) -> torch.Tensor:
     """One-sided sign-flip p-values (method §7, :func:`checks.stats.sign_flip_pvalues`) of
     metric − null over samples, [U, len(CHANCE_METRICS)], for ``metrics`` [S, U] (each unit's
     kept samples). ``equivalence``: the p-values of the equivalence test "at chance" instead
-    (TOST with the margins of ``[claim_v.ours.chance_margin]``, :func:`checks.nulls.tost_pvalues`;
+    (TOST with the margins of :func:`equivalence_margins`, :func:`checks.nulls.tost_pvalues`;
     a metric without a margin gets p = 1)."""
     settings = verdicts.rule_set_settings()
     diffs = torch.stack([metrics[m].to(torch.float64) - metrics[f"{m}_null"].to(torch.float64)
@@ -75,11 +90,10 @@ def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: i
     if not equivalence:
         p = sign_flip_pvalues(diffs.reshape(s, u * m), mask, seed, resamples)
         return p.reshape(u, m)
-    margins = verdicts.chance_margins(RULES)
-    margin = torch.tensor([margins.get(name, math.nan) for name in CHANCE_METRICS],
-                          dtype=torch.float64)
-    p = tost_pvalues(diffs.reshape(s, u * m), mask, margin.repeat(u), seed, resamples)
-    return torch.where(torch.isnan(margin).repeat(u), torch.ones_like(p), p).reshape(u, m)
+    margin = equivalence_margins(metrics, keep).reshape(u * m)
+    missing = torch.isnan(margin)
+    p = tost_pvalues(diffs.reshape(s, u * m), mask, torch.nan_to_num(margin), seed, resamples)
+    return torch.where(missing, torch.ones_like(p), p).reshape(u, m)
 
 
 def smallest_p(n_kept: int) -> float:
@@ -94,16 +108,19 @@ def smallest_p(n_kept: int) -> float:
 
 def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int,
                    tost: torch.Tensor | None = None,
-                   tost_adjusted: torch.Tensor | None = None) -> dict:
+                   tost_adjusted: torch.Tensor | None = None,
+                   margins: torch.Tensor | None = None) -> dict:
     """``{metric: {"p", "p_adjusted", "above_chance", "can_reject", "tost_p",
-    "tost_p_adjusted", "at_chance", "margin"}}`` from p-values [len(CHANCE_METRICS)] of the
-    test against chance and (optional) of the equivalence test (method §7.2). ``can_reject``
+    "tost_p_adjusted", "at_chance", "margin", "margin_share"}}`` from p-values
+    [len(CHANCE_METRICS)] of the test against chance and (optional) of the equivalence test
+    (method §7.2), whose absolute margins [len(CHANCE_METRICS)] are ``margins``
+    (:func:`equivalence_margins`) and shares of the room ``margin_share``. ``can_reject``
     is False when even the most extreme data could not reach p < alpha with ``n_kept`` samples
     (e.g. 2**−4 = 0.0625 with 4): then neither "above chance" nor "at chance" can be shown.
     "Not above chance" is never read as "at chance": only the equivalence test says that."""
     alpha = float(verdicts.rule_set_settings()["alpha"])
     can = smallest_p(n_kept) < alpha
-    margins = verdicts.chance_margins(RULES)
+    shares = verdicts.chance_margins(RULES)
     out = {}
     for i, m in enumerate(CHANCE_METRICS):
         entry = {"p": float(p[i]), "p_adjusted": float(p_adjusted[i]),
@@ -112,6 +129,8 @@ def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int,
             adj = tost if tost_adjusted is None else tost_adjusted
             entry.update({"tost_p": float(tost[i]), "tost_p_adjusted": float(adj[i]),
                           "at_chance": bool(can and float(adj[i]) < alpha),
-                          "margin": margins.get(m)})
+                          "margin": (None if margins is None or math.isnan(float(margins[i]))
+                                     else float(margins[i])),
+                          "margin_share": shares.get(m)})
         out[m] = entry
     return out

@@ -135,10 +135,26 @@ def ours_rules(claim: str, kind: str, path: str | None = None) -> list[Rule]:
 
 
 def chance_margins(claim: str, path: str | None = None) -> dict[str, float]:
-    """``{metric: margin}`` of the equivalence test "at chance" (``[claim.ours.chance_margin]``,
-    method §7.2): |mean(metric − null)| < margin."""
+    """``{metric: share}`` of the equivalence test "at chance" (``[claim.ours.chance_margin]``,
+    method §7.2): the share of the room between the null and the metric's best value within
+    which |mean(metric − null)| must be shown to lie (:func:`absolute_margin`)."""
     table = load_thresholds(path)[claim].get("ours", {}).get("chance_margin", {})
     return {m: float(r["value"]) for m, r in table.items()}
+
+
+def absolute_margin(claim: str, metric: str, null_mean, path: str | None = None):
+    """The margin of the equivalence test of ``metric`` for a unit whose null averages
+    ``null_mean`` (a float or a Tensor of units), method §7.2: the table's share of the *room*
+    |best − null|, with ``best`` the metric's exact-head value (1 for an overlap or an R², 0 for
+    a residual; ``best`` in the table, default 1). Relative, so that the same head is "at chance"
+    or not whatever the sequence length that sets its null.
+
+    >>> round(absolute_margin("claim_v", "subspace_overlap", 0.5), 6)
+    0.05
+    """
+    spec = load_thresholds(path)[claim]["ours"]["chance_margin"][metric]
+    room = abs(float(spec.get("best", 1.0)) - null_mean)
+    return float(spec["value"]) * room
 
 
 def missing_reason(missing: list[str], why: dict[str, str]) -> str:
@@ -264,21 +280,23 @@ def judge_ours(claim: str, metrics: dict[str, float | None], ci: dict,
     refuted_any = extra.get("refuted_mode", section.get("refuted_mode", "all")) == "any"
     combine = any if refuted_any else all
     reasons = []
-    if sup and all(r.holds(value(r)) for r in sup):
+    equivalent = [m for m in extra.get("at_chance_metrics", [])
+                  if at_chance is not None and at_chance.get(m)]
+    # "at chance" is a tested statement and is never said of a supported head: it is checked
+    # before the supported bars (method §7.2)
+    if sup and not equivalent and all(r.holds(value(r)) for r in sup):
         verdict = SUPPORTED
         reasons.append("every supported bar holds over the whole 95% CI")
     else:
         refuted = bool(ref) and combine(r.holds(value(r)) for r in ref)
         if refuted:
             reasons.append("the refuted bars hold over the whole 95% CI")
-        equivalent = [m for m in extra.get("at_chance_metrics", [])
-                      if at_chance is not None and at_chance.get(m)]
         if equivalent:
             refuted = True
             margins = chance_margins(claim, path)
             reasons.append("at chance: " + ", ".join(
-                f"{m} within +-{margins.get(m, float('nan')):g} of its null (TOST)"
-                for m in equivalent))
+                f"{m} within {margins.get(m, float('nan')):g} of the room above its null "
+                "(TOST)" for m in equivalent))
         chance = extra.get("above_chance_metrics", [])
         if chance and above_chance is not None and all(m in above_chance for m in chance):
             if not any(above_chance[m] for m in chance):

@@ -185,9 +185,11 @@ def test_positive_controls_expect_support_and_negatives_refutation():
         if role == "positive":
             assert all(control.expectation(*u).verdicts == ("supported",) for u in controls.UNITS)
         elif role == "negative":
-            for unit in (("V", "head"), ("V", "model"), ("E", "head")):
-                assert control.expectation(*unit).verdicts == ("refuted",)
+            if name != "keys-p1":  # V = K·R: no expectation for V and γ (method §12.4)
+                for unit in (("V", "head"), ("V", "model"), ("E", "head")):
+                    assert control.expectation(*unit).verdicts == ("refuted",)
             assert "supported" not in control.expectation("J", "layer").verdicts
+            assert "supported" not in control.expectation("J", "model").verdicts
     # the true null: claim J's output fit is at chance, shown by the equivalence test (§3.6)
     null = controls.control_of(controls.ladder_key("null"))
     assert null.expectation("J", "layer").verdicts == null.expectation("J", "model").verdicts \
@@ -195,7 +197,11 @@ def test_positive_controls_expect_support_and_negatives_refutation():
     assert {"vhat", "rotated", "mixed-cond1000", "scaled-1000", "signs", "permuted"} <= {
         n for n, (role, _, _) in controls.LADDER.items() if role == "positive"}
     assert {n for n, (role, _, _) in controls.LADDER.items() if role == "negative"} == {
-        "null", "random-init"}
+        "null", "random-init", "random-init-p1", "keys-p1"}
+    # the negatives at P1's kernel (raw q, k; s = 1/sqrt(d)) exist for claim J's specificity
+    for name in ("random-init-p1", "keys-p1"):
+        control = controls.control_of(controls.ladder_key(name))
+        assert control.expectation("J", "layer").verdicts == controls.NOT_SUPPORTED
 
 
 # ------------------------------------------------------------------------------ plumbing

@@ -154,9 +154,10 @@ def test_zero_head_outputs_make_claim_j_undetermined_with_the_reason():
 
 
 def test_a_claim_j_fit_that_cannot_discriminate_gives_its_reason_once():
-    """The token-shuffled V̂ explains the output as well as V̂ (null R² >= the support bar): the
-    four `ours` metrics have no value for one reason, which the record's reason and the test's
-    message (the skip text of an undetermined test) state once, naming the four metrics."""
+    """The token-shuffled V̂ explains the output as well as V̂ (1 − null R² below
+    [claim_j.ours] min_room): the four `ours` metrics have no value for one reason, which the
+    record's reason and the test's message (the skip text of an undetermined test) state once,
+    naming the metrics the rules judge."""
     terms = _j_ours_terms({"output_r2": 1.0})
     terms["output_r2_null"] = torch.full_like(terms["output_r2_null"], 0.99999)
     record = claim_j.layer_record("m", 0, terms, [0], rules="ours")
@@ -164,7 +165,9 @@ def test_a_claim_j_fit_that_cannot_discriminate_gives_its_reason_once():
     why = "the output fit cannot discriminate"
     assert set(record["undefined"]) >= set(claim_j.OURS_METRICS)
     assert record["reason"].count(why) == 1, record["reason"]
-    assert record["reason"].startswith(", ".join(sorted(claim_j.OURS_METRICS)) + " have no value: ")
+    judged = {r.metric for kind in ("supported", "refuted")
+              for r in verdicts.ours_rules("claim_j", kind)}
+    assert record["reason"].startswith(", ".join(sorted(judged)) + " have no value: ")
     message = claim_j.message(record, "m L00")  # the full evidence (terminal, -v)
     assert message.count(why) == 1 and message.count("have no value") == 1, message
     line = outcome.one_line(record)  # what JUnit's skip message carries (fixtures/plugin/results.py)
@@ -547,6 +550,32 @@ def _chance_margin_probe(path, tmp_path, monkeypatch):
     assert at_chance() is False
 
 
+def _margin_best_probe(path, tmp_path, monkeypatch):
+    """[claim.ours.chance_margin.<metric>] best: the margin is a share of the room |best − null|,
+    so a residual null of 0.3 gets 0.1·0.3 with best = 0 and 0.1·0.7 with best = 1, and the
+    record's margin follows (method §7.2)."""
+    claim, metric = path[0], path[3]
+    t = {"gamma_learned_subspace": torch.full((8, 1), 0.2, dtype=F64),
+         "gamma_null_subspace": torch.full((8, 1), 0.3, dtype=F64)}
+    keep = torch.ones(8, 1, dtype=torch.bool)
+    assert claim == "claim_e_gamma" and metric == "gamma_subspace_residual", path
+    share = verdicts.chance_margins(claim)[metric]
+    before = gamma_stats.chance_tests(t, keep, 0)[0]["margin"]
+    assert before == pytest.approx(share * 0.3)
+    monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 1.0))
+    assert gamma_stats.chance_tests(t, keep, 0)[0]["margin"] == pytest.approx(share * 0.7)
+
+
+def _min_room_probe(path, tmp_path, monkeypatch):
+    """[claim_j.ours] min_room: a head whose token-shuffled V̂ leaves 5e-5 of the output's
+    variance unexplained is undetermined at the file's 1e-4 and judged at 1e-6 (method §3.6)."""
+    terms = _j_ours_terms({"output_r2": 1.0, "fit_median_log10_ratio": -1.0}, samples=8)
+    terms["output_r2_null"] = torch.full_like(terms["output_r2_null"], 1 - 5e-5)
+    assert claim_j.layer_record("m", 0, terms, [0])["verdict"] == verdicts.UNDETERMINED
+    monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 1e-6))
+    assert claim_j.layer_record("m", 0, terms, [0])["verdict"] != verdicts.UNDETERMINED
+
+
 def _degenerate_probe(path, tmp_path, monkeypatch):
     """A head with effective rows 1.5 is degenerate (undetermined) at the file's bar, judged at 1."""
     values = {name: torch.full((4,), 0.95, dtype=F64) for name in claim_v.METRICS}
@@ -564,7 +593,9 @@ def _probe_for(path):
     if len(path) == 5 and path[1] == "ours" and path[2] in ("supported", "refuted"):
         return _ours_rule_probe
     if len(path) == 5 and path[1:3] == ("ours", "chance_margin"):
-        return _chance_margin_probe
+        return _margin_best_probe if path[4] == "best" else _chance_margin_probe
+    if path[1:] == ("ours", "min_room"):
+        return _min_room_probe
     if path[1:] == ("degenerate", "max_effective_rows"):
         return _degenerate_probe
     if path[0] == "rule_sets":
