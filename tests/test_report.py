@@ -177,7 +177,8 @@ def test_every_threshold_and_source_is_shown(example):
     # the one table of the run's thresholds without a source: claim_e's section-level mode
     assert page.count("no source recorded") == 1
     assert re.search(r"<td>\(section\)</td><td class=\"mono\">refuted_mode = any</td>"
-                     r"<td>[^<]*</td><td class=\"unsourced\">section setting \(no source recorded\)</td>",
+                     r"<td>[^<]*</td><td class=\"unsourced\">section setting, not a bar \(no source "
+                     r"recorded\)</td>",
                      page)
 
 
@@ -213,7 +214,8 @@ def test_empty_and_model_only_results_render(example):
 def test_threshold_without_source_is_flagged():
     rows = threshold_rows({"claim_x": {"supported": {"m": {"value": 1, "direction": ">="}}}})
     assert rows == [{"section": "claim_x", "rule": "supported · m", "condition": "m ≥ 1",
-                     "whose": "unknown", "source": "no source recorded", "sourced": False}]
+                     "whose": "unknown", "source": "no source recorded", "sourced": False,
+                     "bar": True}]
 
 
 def test_provenance_panel(page, example):

@@ -148,8 +148,17 @@ def test_counts_and_colours_mean_one_thing(example):
         not failed and f"all {met} control records with an expectation" in state)
     assert "1 underpowered" in state and "1 without an expectation" in state
     assert re.search(r'id="controls-apart">Counted apart', html)
-    assert 'class="nosource">no source recorded' not in html
-    assert 'class="unsourced">' in html
+    assert 'class="nosource">' not in html and 'class="unsourced">' in html
+    # only a bar without a source is a fault (alarm style); a setting says why it has none
+    from report.sections.thresholds_section import threshold_rows
+    rows = threshold_rows({"baseline": {"metrics": {"V.x": {"regression": "decrease"}}},
+                           "claim_x": {"refuted_mode": "any",
+                                       "supported": {"m": {"value": 1, "direction": ">="}}}})
+    why = {r["rule"]: (r["source"], r["bar"]) for r in rows}
+    assert why["metrics · V.x"] == ("a setting of the CI gate (which way this metric regresses), "
+                                    "not a bar: no source needed (docs/gate.md)", False)
+    assert why["(section)"] == ("section setting, not a bar (no source recorded)", False)
+    assert why["supported · m"] == ("no source recorded", True)
 
 
 # ------------------------------------------------------------------------------------ the browser

@@ -10,6 +10,20 @@ from ..common import direction, flat, fmt
 from ..method_link import method_links
 
 
+def unsourced_why(section: str, path: list[str], bar: bool) -> str:
+    """Why a threshold table has no source of its own, in words. Only a bar (a value and a
+    direction a verdict rests on) without a source is a fault ("no source recorded"); a setting
+    (the CI gate's regression directions, a section's mode) is not a bar and needs none."""
+    if bar:
+        return "no source recorded"
+    if section == "baseline" and path[:1] == ["metrics"]:
+        return ("a setting of the CI gate (which way this metric regresses), not a bar: no "
+                "source needed (docs/gate.md)")
+    if not path:
+        return "section setting, not a bar (no source recorded)"
+    return "a setting, not a bar (no source recorded)"
+
+
 def threshold_rows(thresholds: dict) -> list[dict]:
     """Every threshold entry, flattened: claim section, rule, condition and source.
 
@@ -28,12 +42,12 @@ def threshold_rows(thresholds: dict) -> list[dict]:
             else:
                 cond = ", ".join(f"{k} = {flat(v) if isinstance(v, list) else fmt(v)}"
                                  for k, v in sorted(scalars.items()))
+            bar = "value" in scalars and "direction" in scalars
             rows.append({"section": section, "rule": " · ".join(path) or "(section)",
                          "condition": cond, "whose": whose_rule(node.get("source") or "",
                                                                 "ours" in path),
-                         "source": node.get("source") or ("no source recorded" if path else
-                                                          "section setting (no source recorded)"),
-                         "sourced": bool(node.get("source"))})
+                         "source": node.get("source") or unsourced_why(section, path, bar),
+                         "sourced": bool(node.get("source")), "bar": bar})
         kinds = [k for k in ("supported", "refuted") if isinstance(node.get(k), dict)]
         others = sorted(k for k, v in node.items() if isinstance(v, dict) and k not in kinds)
         for k in kinds + others:
