@@ -136,7 +136,8 @@ def short_reason(reason: str | None, limit: int = 110) -> str:
 EXIT_WORDS = {0: "every claim test supported", 1: "some claim not supported: the run's finding, "
               "not a fault", 2: "interrupted", 3: "an internal error", 5: "nothing collected",
               6: "a regression against the baseline", 7: "a fault of the machine",
-              8: "a control got a verdict it cannot have (an instrument failure)"}
+              8: "a control got a verdict it cannot have (an instrument failure)",
+              9: "nothing judged: no claim test reached a verdict"}
 
 
 def control_outcome(rec: dict) -> str:
