@@ -112,9 +112,11 @@ def _column_basis(x: np.ndarray) -> np.ndarray:
 
 
 def subspace_overlap(x: np.ndarray, y: np.ndarray) -> float:
-    """Mean cos² of the principal angles between the column spaces of V and V̂ (method §2, ours):
+    """Mean cos² of the principal angles between the centred column spaces of V and V̂ (method
+    §2, ours; each column centred over the tokens, so a value bias 1cᵀ does not count):
     Σ σ_i(Q_xᵀQ_y)² / max(rank x, rank y)."""
-    qx, qy = _column_basis(x), _column_basis(y)
+    qx = _column_basis(by_peak(x) - by_peak(x).mean(axis=0))
+    qy = _column_basis(by_peak(y) - by_peak(y).mean(axis=0))
     if qx.shape[1] == 0 or qy.shape[1] == 0:
         return 0.0
     cosines = np.linalg.svd(qx.T @ qy, compute_uv=False)

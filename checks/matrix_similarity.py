@@ -87,25 +87,33 @@ def orthonormal_column_basis(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 def subspace_overlap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean cos² of the principal angles between the column spaces of x and y in R^N (method §2, ours).
+    """Mean cos² of the principal angles between the *centred* column spaces of x and y in R^N
+    (method §2, ours).
 
-    = mean squared canonical correlation of the two sets of d columns (not centred): Σ_i cos²θ_i =
-    ‖Q_xᵀQ_y‖²_F, with Q_x, Q_y orthonormal bases of the numerical column spaces (SVD with the rank
-    tolerance max(N, d)·ε·σ_max). Divided by max(rank x, rank y), so the overlap is 1 exactly when
-    the two spaces coincide, and ≈ d/N for two random d-dimensional subspaces. Invariant to any
-    invertible map of the columns. 0 when either operand is zero. Shape [...].
-
-    Any invertible map of the columns leaves the column space, and so the overlap, unchanged:
+    = mean squared canonical correlation of the two sets of d columns, each column centred over
+    the N tokens: Σ_i cos²θ_i = ‖Q_xᵀQ_y‖²_F, with Q_x, Q_y orthonormal bases of the numerical
+    column spaces of (I − 11ᵀ/N)x and (I − 11ᵀ/N)y (SVD with the rank tolerance
+    max(N, d)·ε·σ_max). Divided by max(rank x, rank y), so the overlap is 1 exactly when the two
+    spaces coincide modulo the all-ones direction, and ≈ d/(N − 1) for two random d-dimensional
+    subspaces. Invariant to any invertible map of the columns and to adding a constant row,
+    x → x·M + 1cᵀ, the maps the network cannot see (W_O absorbs M, the output bias c·W_O, since
+    softmax rows sum to 1). 0 when either operand is constant. Shape [...].
 
     >>> g = torch.Generator().manual_seed(0)
     >>> x = torch.randn(12, 3, generator=g, dtype=torch.float64)
     >>> m = torch.tensor([[2.0, 1.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 3.0]], dtype=torch.float64)
-    >>> round(float(subspace_overlap(x, x @ m)), 12)
+    >>> c = torch.tensor([[5.0, -1.0, 2.0]], dtype=torch.float64)
+    >>> round(float(subspace_overlap(x, x @ m + c)), 12)
     1.0
     """
     check_pair(x, y)
-    return overlap_pair(orthonormal_column_basis(peak_one(x)),
-                         orthonormal_column_basis(peak_one(y)))
+    return overlap_pair(centred_column_basis(peak_one(x)), centred_column_basis(peak_one(y)))
+
+
+def centred_column_basis(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`orthonormal_column_basis` of xs with each column centred over the tokens (rows):
+    the column space modulo the all-ones direction, which a value bias 1cᵀ moves along."""
+    return orthonormal_column_basis(xs - xs.mean(dim=-2, keepdim=True))
 
 
 def overlap_pair(bx: tuple[torch.Tensor, torch.Tensor],

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from .cka import gram_cka_pair, kernel_cka_operand, linear_cka_operand, linear_cka_pair
-from .matrix_similarity import (allclose_pair, orthonormal_column_basis, overlap_pair,
+from .matrix_similarity import (allclose_pair, centred_column_basis, overlap_pair,
                                 relative_frobenius_pair)
 from .row_similarity import cosine_pair, direct_pair, pearson_operand
 from .similarity_scaling import check_pair, peak_one, unit_rows
@@ -59,12 +59,12 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
 def operands(x: torch.Tensor) -> dict:
     """Each metric's own side of :func:`metric_suite` for x [..., N, d] (a stack of targets
     too): the raw matrix (entrywise metrics), unit rows (cosines), the linear and kernel CKA
-    operands, the Pearson operand and the orthonormal column basis, all of x at peak 1. No input
+    operands, the Pearson operand and the centred orthonormal column basis, all of x at peak 1. No input
     checks: :func:`metric_suite` and its callers check x once."""
     xs = peak_one(x)
     return {"raw": x, "unit": unit_rows(xs), "linear": linear_cka_operand(xs),
             "kernel": kernel_cka_operand(xs), "pearson": pearson_operand(xs),
-            "basis": orthonormal_column_basis(xs)}
+            "basis": centred_column_basis(xs)}
 
 
 def leading(ops: dict) -> dict:

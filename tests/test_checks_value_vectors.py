@@ -286,13 +286,19 @@ def test_allclose_and_relative_frobenius():
 
 def test_subspace_overlap_known_answers_and_invariance():
     theta = 0.3
-    e1 = torch.tensor([[1.0], [0.0], [0.0]], dtype=F64)
-    u = torch.tensor([[math.cos(theta)], [math.sin(theta)], [0.0]], dtype=F64)
+    # two centred unit directions of R^3 (orthogonal to the all-ones vector) at angle theta
+    e1 = torch.tensor([[1.0], [-1.0], [0.0]], dtype=F64) / math.sqrt(2)
+    e2 = torch.tensor([[1.0], [1.0], [-2.0]], dtype=F64) / math.sqrt(6)
+    u = math.cos(theta) * e1 + math.sin(theta) * e2
     assert abs(float(matrix_similarity.subspace_overlap(e1, u)) - math.cos(theta) ** 2) < 1e-15
+    # the all-ones direction does not count: a constant row added to either side changes nothing
+    assert abs(float(matrix_similarity.subspace_overlap(e1 + 4.0, u - 1.5)) - math.cos(theta) ** 2) < 1e-14
     x, y = randn(2, 20, 4, seed=30), randn(2, 20, 4, seed=31)
     m = randn(2, 4, 4, seed=32) + 3 * torch.eye(4, dtype=F64)  # invertible
+    c = randn(2, 1, 4, seed=35)  # a value bias 1c^T (method §2.4)
     assert torch.allclose(matrix_similarity.subspace_overlap(x @ m, y), matrix_similarity.subspace_overlap(x, y), atol=1e-12)
-    assert torch.allclose(matrix_similarity.subspace_overlap(x, x @ m), torch.ones(2, dtype=F64), atol=1e-12)
+    assert torch.allclose(matrix_similarity.subspace_overlap(x @ m + c, y), matrix_similarity.subspace_overlap(x, y), atol=1e-12)
+    assert torch.allclose(matrix_similarity.subspace_overlap(x, x @ m + c), torch.ones(2, dtype=F64), atol=1e-12)
     # rank deficiency: x spans 2 directions with 3 columns; the mean runs over max(rank) = 2 or 3
     basis = randn(20, 3, seed=33)
     deficient = torch.stack([basis[:, 0], basis[:, 1], basis[:, 0] + basis[:, 1]], dim=1)

@@ -48,6 +48,10 @@ def synthetic_layer(key_scale: float = 1.0, seed: int = 0, noise: tuple[float, .
         "cond1000": v_hat @ _conditioned(1000, g), "signs": v_hat * signs,
         "columns": v_hat[..., torch.randperm(D, generator=g)], "scaled": 368.0 * v_hat,
     }
+    # a value bias 1c^T on a mixed twin, of the size of V's own entries: the output bias absorbs
+    # c·W_O (softmax rows sum to 1), so the network is V̂'s (method §2.4)
+    c = torch.randn(S, 1, D, generator=g, dtype=F64) * v_hat.abs().amax(dim=(-2, -1), keepdim=True)
+    values["biased"] = values["cond10"] + c
     for eps in noise:
         z = torch.randn(S, N, D, generator=g, dtype=F64)
         values[f"noise{eps:g}"] = v_hat + eps * z * v_hat.norm(dim=-1, keepdim=True) / math.sqrt(D)
@@ -77,6 +81,15 @@ def records():
 def test_every_twin_of_v_hat_is_supported_under_ours(records, twin):
     rec = records[twin]
     assert rec["verdicts"]["ours"] == verdicts.SUPPORTED, rec["evidence"]
+    assert rec["metrics"]["subspace_overlap"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_value_bias_keeps_v_hats_claim_v_verdict(records):
+    """V → V·M + 1cᵀ is the same network: the overlap of the centred spans is 1 and claim V
+    keeps V̂'s verdict under ours (method §2.1, §2.4)."""
+    rec = records["biased"]
+    assert rec["verdicts"]["ours"] == records["v_hat"]["verdicts"]["ours"] == verdicts.SUPPORTED, \
+        rec["evidence"]
     assert rec["metrics"]["subspace_overlap"] == pytest.approx(1.0, abs=1e-6)
 
 
