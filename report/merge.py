@@ -295,8 +295,9 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
         records.extend(data["records"])
         not_run.update(data["not_run"])
     statuses = [int(d.get("exit_status", 0)) for _, d in inputs]
-    odd = [s for s in statuses if s not in (0, 1)]
-    exit_status = odd[0] if odd else max(statuses)
+    odd = [s for s in statuses if s not in (0, 1, 9)]  # 9: that shard judged nothing
+    judged = [s for s in statuses if s in (0, 1)]
+    exit_status = odd[0] if odd else max(judged) if judged else 9
     complete = all(d["complete"] for _, d in inputs) and not missing and not not_run
     prov = dict(first["provenance"])
     prov.pop("shard", None)

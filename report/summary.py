@@ -5,7 +5,8 @@ used where a run writes results.json (fixtures/plugin/transport.py) and where sh
 The headline counts (``records``, ``verdicts``, ``outcomes``) are about the models under test
 only; the records of controls (those carrying ``control``, method §12) are counted apart under
 ``controls``: per role, how many records met their expected verdict, how many did not
-(instrument failures) and how many had no expectation."""
+(instrument failures), how many had too few samples to reach it (``underpowered``, present when
+any: fixtures/models/controls.py) and how many had no expectation."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ def summary(records: list[dict], not_run: list[str]) -> dict:
             expected = rec.get("expected") if isinstance(rec.get("expected"), dict) else {}
             met = expected.get("met")
             key = "as_expected" if met is True else "instrument_failures" if met is False \
+                else "underpowered" if expected.get("outcome") == "underpowered" \
                 else "no_expectation"
             role = controls.setdefault(str(rec["control"]), {
                 "records": 0, "as_expected": 0, "instrument_failures": 0, "no_expectation": 0})
             role["records"] += 1
-            role[key] += 1
+            role[key] = role.get(key, 0) + 1
             continue
         under_test += 1
         level = verdicts.setdefault(str(rec["claim"]), {}).setdefault(str(rec.get("level")), {})

@@ -716,9 +716,11 @@ def test_texts_shorter_than_head_dim_are_undetermined_and_skipped(pytester, tmp_
     (6)", a FAULT, exit 3) and E (whose statistics read d eigenvalues of an N×N Gram) are
     undetermined with the token count in the reason, and skipped."""
     result = claims(pytester, tmp_path, *MINILM, "--text", str(files["short.txt"]))
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]  # skipped, not failed
+    # skipped, not failed; nothing judged: exit 9, not 0 (issue 45)
+    assert result.ret == 9, result.stdout.str()[-3000:]
+    assert "NOTHING JUDGED (exit 9, not a verdict)" in result.stdout.str()
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert results["complete"] and not results.get("errors")
+    assert results["complete"] and not results.get("errors") and results["exit_status"] == 9
     head = next(r for r in results["records"] if r["claim"] == "V" and r["level"] == "head")
     assert head["verdict"] == UNDETERMINED and head["outcome"] == "skipped"
     assert head["n_undetermined"] == head["n_samples"] == 2

@@ -217,7 +217,8 @@ def test_annotate_records_role_and_expected_verdict_beside_the_verdict():
     ok = controls.annotate(_record("kpca-oracle-null", "refuted"), "kpca-oracle-null")
     assert ok["control"] == "negative"
     assert ok["expected"] == {"verdict": "refuted", "verdicts": ["refuted"], "rules": "ours",
-                              "got": "refuted", "met": True, "why": ok["expected"]["why"]}
+                              "got": "refuted", "met": True, "why": ok["expected"]["why"],
+                              "outcome": "as_expected"}
     # the expectation is stated for 'ours', whatever --rules chose as the record's verdict
     bad = controls.annotate(_record("kpca-oracle", "supported", ours="inconclusive"), "kpca-oracle")
     assert bad["expected"]["got"] == "inconclusive" and bad["expected"]["met"] is False
