@@ -109,3 +109,24 @@ def check_same_batch(x: torch.Tensor, y: torch.Tensor, names: Sequence[str], *,
         if message is None:
             raise ValueError(f"{names[0]} and {names[1]} must share {what}; got {sx} and {sy}")
         raise ValueError(message.format(x=sx, y=sy))
+
+
+def printable(text: object) -> str:
+    """``text`` safe to print on a terminal: every control character (C0 but tab, DEL, C1: the
+    ESC of a colour or cursor code in a file name, a carriage return that hides what precedes it)
+    written as its escape, ``\\x1b``, so a one-sentence error shows a name as it is instead of
+    letting the terminal act on it.
+
+    >>> printable("run\\x1b[2J.json")
+    'run\\\\x1b[2J.json'
+    >>> printable("plain name.json")
+    'plain name.json'
+    """
+    out = []
+    for ch in str(text):
+        code = ord(ch)
+        if (code < 0x20 and ch != "\t") or 0x7F <= code <= 0x9F:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -9,8 +9,10 @@ reference run (report/diff.py): exit 0 it does, 6 a verdict or a number outside 
 changed, 4 the two are not comparable (other options, models, checkpoints or selection).
 
 Prints the written path. Exit status 2, with one sentence on stderr, when the results file is
-missing or malformed; 4 when the output is the results file itself or a folder (nothing is
-written then).
+missing or malformed (parsed strictly and validated against docs/results.schema.json:
+report/validate.py); 4 when the output is the results file itself, a folder, or a FIFO, socket or
+device (nothing is written then). Names in messages are printable (terminal escape codes
+written as ``\x1b``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from checks._validation import printable
 
 from .render import write_report
 
@@ -37,13 +41,14 @@ def merge_main(argv: list[str]) -> int:
     try:
         results, report, merged = merge_files(args.results, args.out, command)
     except MergeError as exc:
-        parser.exit(4, f"{parser.prog}: error: {exc}\n")
+        parser.exit(4, printable(f"{parser.prog}: error: {exc}") + "\n")
     except OSError as exc:
-        parser.exit(4, f"{parser.prog}: error: cannot write into {args.out} ({exc.strerror or exc})\n")
+        parser.exit(4, printable(f"{parser.prog}: error: cannot write into {args.out} "
+                                 f"({exc.strerror or exc})") + "\n")
     from .partial import partial_reasons
 
-    print(results)
-    print(report)
+    print(printable(results))
+    print(printable(report))
     if not merged["complete"]:
         print("partial merge (complete: false): " + "; ".join(partial_reasons(merged)),
               file=sys.stderr)
@@ -68,19 +73,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="the HTML file to write (default: report.html beside RESULTS)")
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else args.results.with_name("report.html")
+
+    def refuse(status: int, sentence: str):
+        parser.exit(status, printable(f"{parser.prog}: error: {sentence}") + "\n")
+
     if out.resolve() == args.results.resolve():  # never overwrite the input
-        parser.exit(4, f"{parser.prog}: error: the output {out} is the results file itself; "
-                       "give another path with -o\n")
+        refuse(4, f"the output {out} is the results file itself; give another path with -o")
     if out.is_dir():
-        parser.exit(4, f"{parser.prog}: error: the output {out} is a folder; give a file path "
-                       "with -o, e.g. -o report.html\n")
+        refuse(4, f"the output {out} is a folder; give a file path with -o, e.g. -o report.html")
+    if out.exists() and not out.is_file():  # a FIFO, a socket, a device: never replaced
+        refuse(4, f"the output {out} is not a regular file (a FIFO, a socket or a device), and "
+                  "writing would replace it; give the path of a regular file or a new one with -o")
     try:
         written = write_report(args.results, out)
     except ValueError as exc:
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+        refuse(2, str(exc))
     except OSError as exc:
-        parser.exit(2, f"{parser.prog}: error: cannot write {out} ({exc.strerror or exc})\n")
-    print(written)
+        refuse(2, f"cannot write {out} ({exc.strerror or exc}); nothing was written")
+    print(printable(written))
     return 0
 
 

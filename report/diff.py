@@ -15,16 +15,20 @@ Compares two results.json files record by record (method §13) and prints, in a 
 
 Exit status: 0 the run reproduces the reference; 6 a verdict, a rule, an exact field or a number
 outside its tolerance differs; 4 the two are not comparable; 2 a file is missing or not a
-results.json, or ``--json`` names an input, a folder, a device or a file in a missing folder
-(refused before anything is compared or written).
+results.json (parsed strictly and validated against the schema: :func:`load`), or ``--json``
+names an input, a folder, a device or a file this user cannot write (refused before anything is
+compared or written). Names in the messages are printable (escape codes written as ``\x1b``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from checks._validation import printable
 
 from .atomic import atomic_write_text
 from .tolerances import (ROUND_OFF_FACTOR, TOLERANCES, kind_of, metric_of, rel_diff,
@@ -44,16 +48,25 @@ class DiffInputError(ValueError):
     """A file that is missing or is not a results.json."""
 
 
-def load(path: str | Path) -> dict:
-    path = Path(path)
+def load(path: str | Path, what: str = "results file") -> dict:
+    """A results.json read as every reader reads one (report/validate.py: strict JSON, the
+    schema, :func:`~report.results_file.validate_results`); else DiffInputError in one sentence:
+    a NaN, a string metric or a baseline file given as a run is refused, never compared."""
+    from . import validate
+    from .results_file import validate_results
+
+    name = f"{what} {path}"
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise DiffInputError(f"cannot read {path} ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise DiffInputError(f"{path} is not JSON ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
-        raise DiffInputError(f"{path} is not a results.json of `pytest claims/` (no records list)")
+        data = validate.require_object(validate.read_json(path, what), name)
+        if data.get("schema") == "kpca-claims/baseline/2":
+            raise DiffInputError(f"{name} is a baseline file (written by --update-baseline), not the results.json "
+                                 "of a run: give the results.json a run wrote (a baseline is compared by pytest claims/ --baseline)")
+        validate.check(data, name, "results")
+        validate_results(data)
+    except (validate.InvalidFile, DiffInputError) as exc:
+        raise DiffInputError(str(exc)) from None
+    except ValueError as exc:
+        raise DiffInputError(f"{name}: {exc}") from None
     return data
 
 
@@ -321,7 +334,7 @@ def format_diff(d: Diff, run_path, ref_path, run: dict, ref: dict, show_all: boo
 
 def _json_output_problem(path: Path, inputs: tuple[Path, ...]) -> str | None:
     """Why ``--json PATH`` cannot be written (checked before anything is compared), or None:
-    it is one of the two inputs, a folder or not a regular file, or its folder does not exist."""
+    an input, a folder, not a regular file, in no folder, or not writable by this user."""
     for given in inputs:
         try:
             if path.exists() and given.exists() and path.samefile(given):
@@ -332,8 +345,13 @@ def _json_output_problem(path: Path, inputs: tuple[Path, ...]) -> str | None:
         return "is a folder; name a file"
     if path.exists() and not path.is_file():
         return "is not a regular file (a device, a FIFO or a socket); name a new file"
-    if not path.parent.is_dir():
-        return f"is in {path.parent}, which is not an existing folder"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"is in {folder}, which is not an existing folder"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "is not writable by this user; fix its permissions or name another file"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"is in {folder}, which this user cannot write into; name a file in another folder"
     return None
 
 
@@ -356,25 +374,22 @@ def main(argv: list[str]) -> int:
     if args.json is not None:
         problem = _json_output_problem(args.json, (args.run, args.reference))
         if problem:
-            parser.exit(BAD_INPUT, f"{parser.prog}: error: --json {args.json} {problem}; "
-                                   f"nothing was compared or written\n")
+            parser.exit(BAD_INPUT, printable(f"{parser.prog}: error: --json {args.json} "
+                                             f"{problem}; nothing was compared or written") + "\n")
     try:
-        run, ref = load(args.run), load(args.reference)
+        run, ref = load(args.run, "run"), load(args.reference, "reference")
     except DiffInputError as exc:
-        parser.exit(BAD_INPUT, f"{parser.prog}: error: {exc}\n")
+        parser.exit(BAD_INPUT, printable(f"{parser.prog}: error: {exc}; nothing was compared") + "\n")
     d = compare(run, ref)
     try:
         print(format_diff(d, args.run, args.reference, run, ref, show_all=args.all))
         sys.stdout.flush()
     except BrokenPipeError:  # `report diff … | head`: the reader has what it wanted
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if args.json is not None:
-        worst = {f"{c}/{m}": {k: {"rel": (w.rel if math.isfinite(w.rel) else None),
-                                  "path": w.path, "kind": w.kind, "n": w.n,
-                                  "outside": w.outside} for k, w in ms.items()}
-                 for (c, m), ms in d.worst.items()}
+        worst = {f"{c}/{m}": {k: {"rel": (w.rel if math.isfinite(w.rel) else None), "path": w.path,
+                                  "kind": w.kind, "n": w.n, "outside": w.outside}
+                              for k, w in ms.items()} for (c, m), ms in d.worst.items()}
         atomic_write_text(args.json, json.dumps(
             {"status": d.status, "not_comparable": d.not_comparable,
              "informational": d.informational, "verdicts": d.verdicts, "outside": d.outside,

@@ -87,6 +87,27 @@ def _one(recs: list[dict], claim: str, level: str) -> dict | None:
     return found[0] if found else None
 
 
+def _j_model_cell(rec: dict | None) -> str:
+    """Claim J's model record in robust numbers (method §3.6, §3.7): the `ours` verdict with the
+    output fit's excess over its null and the null's R², then the per-token median log10
+    ‖h‖²/‖φ‖² and P2's trimmed median. No interval on the pooled ratio of means: a handful of
+    tokens carry it."""
+    if rec is None:
+        return "—"
+    m, tokens = rec.get("metrics") or {}, rec.get("tokens") or {}
+    verdict = (rec.get("verdicts") or {}).get("ours", rec.get("verdict"))
+    null = (rec.get("output_fit") or {}).get("output_r2_null")
+    if m.get("output_r2_excess") is not None:
+        fit = (f"fit excess {_with_ci(rec, 'output_r2_excess')}"
+               + (f" (null R² {_num(null, 4)})" if null is not None else ""))
+    else:
+        fit = f"no fit room (null R² {_num(null, 6)})" if null is not None else "no fit"
+    per_token = (f"; per-token median log10 ratio {_num(tokens.get('median_log10_ratio'))}, "
+                 f"trimmed {_num(tokens.get('p2_appendix_log10_ratio'))}"
+                 if tokens.get("median_log10_ratio") is not None else "")
+    return f"**{verdict}**: {fit}{per_token}"
+
+
 def _model_row(key: str, info: dict, recs: list[dict]) -> str:
     heads_v = [r for r in recs if r["claim"] == "V" and r.get("level") == "head"]
     v_model = _one(recs, "V", "model")
@@ -105,12 +126,13 @@ def _model_row(key: str, info: dict, recs: list[dict]) -> str:
     if v_model:
         vv = v_model.get("verdicts") or {}
         null = (v_model.get("null") or {}).get("optimal_cosine")
-        v_mod = (f"{vv.get('p2')} → **{vv.get('ours', v_model['verdict'])}**: optimal cosine "
-                 f"{_with_ci(v_model, 'optimal_cosine')}"
+        v_mod = (f"{vv.get('p2')} → **{vv.get('ours', v_model['verdict'])}**: overlap excess "
+                 f"{_with_ci(v_model, 'subspace_overlap_excess')}; optimal cosine "
+                 f"{_num((v_model.get('metrics') or {}).get('optimal_cosine'))}"
                  + (f" (null {_num(null)})" if null is not None else ""))
     else:
         v_mod = "—"
-    j = f"{_counts(j_layers)}; {_with_ci(j_model, 'log10_ratio')}" if j_layers or j_model else "—"
+    j = f"{_counts(j_layers)}; {_j_model_cell(j_model)}" if j_layers or j_model else "—"
     trend = "—"
     if j_series:
         m = j_series.get("metrics") or {}
@@ -149,7 +171,7 @@ def readme_block(reference: dict) -> str:
         _controls_line(controls),
         "",
         "| model | claim V heads: `p2` → `ours` | claim V model (`p2` → `ours`) | claim J layers; "
-        "model log10 ‖h‖²/‖φ‖² | claim J trend | claim E model: raw vs standardised | γ heads "
+        "model (`ours`) | claim J trend | claim E model: raw vs standardised | γ heads "
         "| other claims |",
         "|---|---|---|---|---|---|---|---|",
     ]

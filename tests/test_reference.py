@@ -21,8 +21,15 @@ def _tiny_results() -> dict:
                      "verdicts": {"p2": p2, "ours": ours}, "evidence": "text"})
     recs.append({"claim": "V", "level": "model", "model": "m", "test_id": "v_model[m]",
                  "verdict": "refuted", "verdicts": {"p2": "inconclusive", "ours": "refuted"},
-                 "metrics": {"optimal_cosine": 0.2744}, "ci": {"optimal_cosine": [0.273, 0.2751]},
+                 "metrics": {"optimal_cosine": 0.2744, "subspace_overlap_excess": 0.103},
+                 "ci": {"optimal_cosine": [0.273, 0.2751], "subspace_overlap_excess": [0.0986, 0.107]},
                  "null": {"optimal_cosine": 0.35}})
+    recs.append({"claim": "J", "level": "model", "model": "m", "test_id": "j_model[m]",
+                 "verdict": "refuted", "verdicts": {"p2": "inconclusive", "ours": "refuted"},
+                 "metrics": {"log10_ratio": -29.9, "output_r2_excess": 0.04},
+                 "ci": {"log10_ratio": [-30.4, -23.5], "output_r2_excess": [0.01, 0.07]},
+                 "output_fit": {"output_r2_null": 0.9632},
+                 "tokens": {"median_log10_ratio": 4.47, "p2_appendix_log10_ratio": 4.62}})
     recs.append({"claim": "J", "level": "series", "model": "t", "test_id": "trend[t]",
                  "verdict": "refuted", "verdicts": {"p2": "refuted", "ours": "refuted"},
                  "metrics": {"min_j_proj": -1.5, "spearman_j": 0.95},
@@ -43,8 +50,14 @@ def _tiny_results() -> dict:
 def test_readme_block_is_made_from_the_records():
     block = reference.readme_block(_tiny_results())
     assert "commit `0123456789ab`, 2026-11-24, AMD EPYC, torch 2.13.0+cpu (AVX2 kernels, BLAS mkl 2024.2)" in block
-    assert "5 claim tests: 1 supported (passed), 4 refuted, 0 inconclusive" in block
-    assert "| m | 1 refuted, 1 inconclusive → **2 refuted** | inconclusive → **refuted**: optimal cosine 0.274 [0.273, 0.275] (null 0.35) |" in block
+    assert "6 claim tests: 1 supported (passed), 5 refuted, 0 inconclusive" in block
+    assert ("| m | 1 refuted, 1 inconclusive → **2 refuted** | inconclusive → **refuted**: overlap "
+            "excess 0.103 [0.0986, 0.107]; optimal cosine 0.274 (null 0.35) |") in block
+    # claim J in robust numbers: the fit's excess with its interval, the per-token medians, and
+    # no interval on the pooled ratio of means (issue: a handful of tokens carry it)
+    assert ("**refuted**: fit excess 0.04 [0.01, 0.07] (null R² 0.9632); per-token median log10 "
+            "ratio 4.47, trimmed 4.62") in block
+    assert "−29.9" not in block and "−30.4" not in block
     assert "| t (test acc. 0.914) |" in block and "refuted: min J_proj −1.5, ρ 0.95" in block
     assert block.rstrip().endswith("| R: 1 supported |")
 

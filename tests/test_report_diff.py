@@ -32,13 +32,16 @@ def _results() -> dict:
                          "checkpoint_hash": "abc", "j_proj": -0.5}]}
     return {"schema": "kpca-claims/results/1",
             "provenance": {"git_commit": "abc", "date": "2026-11-24", "versions": {"torch": "2.13"},
+                           "command": "pytest claims/",
                            "numeric_environment": {"cpu": {"model": "AMD EPYC"},
                                                    "torch_cpu_capability": "AVX2", "env": {}}},
             "options": {"n_samples_requested": 6, "rules": "ours", "device": "cpu",
                         "dtype": "float64"},
             "thresholds": {"claim_v": {"refuted": {"optimal_cosine": {"value": 0.32}}}},
-            "models": {"m": {"checkpoint_hash": "sha256:1", "input_set": {"hash": "h", "tensor_hash": "t"}}},
-            "records": [rec_v, rec_e, rec_j], "complete": True}
+            "models": {"m": {"key": "m", "n_layers": 1, "n_heads": 2, "checkpoint_hash": "sha256:1",
+                             "input_set": {"kind": "images", "n_samples": 6, "names": [],
+                                           "hash": "h", "tensor_hash": "t"}}},
+            "records": [rec_v, rec_e, rec_j], "not_run": [], "complete": True, "exit_status": 1}
 
 
 def test_identical_runs_reproduce():
@@ -173,7 +176,7 @@ def test_command_line_exit_codes(tmp_path, capsys):
     bad.write_text("{}")
     with pytest.raises(SystemExit) as exc:
         report_main(["diff", str(bad), str(ref)])
-    assert exc.value.code == 2 and "no records" in capsys.readouterr().err
+    assert exc.value.code == 2 and "is not a kpca-claims results file" in capsys.readouterr().err
 
 
 def test_the_verdict_and_its_reason_are_the_first_line(tmp_path, capsys):
