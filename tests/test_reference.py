@@ -88,7 +88,7 @@ def test_readme_without_markers_is_an_error(tmp_path):
 def test_judged_part_drops_evidence_timings_and_local_folders():
     part = reference.judged_part(_tiny_results())
     assert "durations" not in part and all("evidence" not in r for r in part["records"])
-    series = next(r for r in part["records"] if r["claim"] == "J")["series"]
+    series = next(r for r in part["records"] if r["claim"] == "J" and r["level"] == "series")["series"]
     assert series[0]["checkpoint"] == "step_000360.safetensors"
     assert reference.judged_part(part) == part  # idempotent
 
