@@ -100,6 +100,18 @@ def test_terminal_escape_codes_in_names_are_printed_escaped(tmp_path, capsys):
     assert cache.returncode == 4 and "\x1b" not in cache.stderr and "\\x1b[31m" in cache.stderr
 
 
+def test_a_usage_error_of_the_run_shows_an_escape_code_in_a_name_escaped(tmp_path):
+    """``pytest claims/ --checkpoint $'\\e[2Jgone.safetensors'``: before, pytest's ``ERROR:``
+    line carried the raw ESC and the terminal cleared its screen."""
+    run = subprocess.run([sys.executable, "-m", "pytest", "claims/", "-p", "no:cacheprovider",
+                          "--checkpoint", str(tmp_path / "\x1b[2Jgone.safetensors"),
+                          "--arch", "vit_tiny_patch16_224", "--out", str(tmp_path / "out")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 4, run.stderr[-2000:]
+    assert "\x1b" not in run.stderr + run.stdout
+    assert "ERROR: checkpoint file not found: " in run.stderr and "\\x1b[2Jgone" in run.stderr
+
+
 def test_python_m_report_refuses_a_baseline_file_and_a_fifo_output(tmp_path, capsys):
     base = _write(tmp_path / "b.json", {"schema": "kpca-claims/baseline/2", "identity": {},
                                         "records": []})
