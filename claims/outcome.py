@@ -28,7 +28,9 @@ def record_label(record: dict) -> str:
     label = str(record.get("model"))
     if record.get("layer") is not None:
         label += f"-L{int(record['layer']):02d}"
-    if record.get("head") is not None:
+    if record.get("kv_head") is not None:  # a KV head of a grouped-query model (method §5.7)
+        label += f"-KV{record['kv_head']}"
+    elif record.get("head") is not None:
         label += f"-H{record['head']}"
     if record.get("condition"):  # claim R: one series record per condition
         label += f" [{record['condition']}]"

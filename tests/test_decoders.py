@@ -300,9 +300,9 @@ def test_a_llama_checkpoint_folder_runs(pytester, tmp_path):
     # grouped-query heads (method §5.7): V and E read keys and values only, so one test per
     # (layer, KV head), never n_rep copies of one KV result; the record's head is the group's
     # first query head (h = kv·n_rep), the test id names the KV head
-    heads = sorted((r["claim"], r["test_id"].split("[")[1].rstrip("]"), r["head"])
+    heads = sorted((r["claim"], r["test_id"].split("[")[1].rstrip("]"), r["head"], r["kv_head"])
                    for r in results["records"] if r["level"] == "head")
-    assert heads == [(c, f"checkpoint-model-L00-KV{kv}", 2 * kv) for c in "EV" for kv in (0, 1)]
+    assert heads == [(c, f"checkpoint-model-L00-KV{kv}", 2 * kv, kv) for c in "EV" for kv in (0, 1)]
 
 
 def test_layers_where_the_claims_do_not_apply_are_skipped_with_the_reason(pytester, tmp_path):
@@ -357,3 +357,21 @@ def test_smollm2_loads_offline_from_its_package_and_captures_gqa():
     assert cap["q"].shape[2] == cap["k"].shape[2] == 9
     for h in range(9):
         assert torch.equal(cap["k"][:, :, h], cap["k"][:, :, 3 * (h // 3)])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not loading.gguf_installed(), reason="the gguf package is not installed")
+def test_a_gguf_checkpoint_runs(pytester, tmp_path):
+    """--checkpoint FILE.gguf --arch FILE.gguf: the file's own metadata is its architecture."""
+    import importlib.util
+
+    from fixtures.models import catalogue
+
+    gguf = Path(importlib.util.find_spec(catalogue.SMOLLM2_PACKAGE).origin).parent / catalogue.SMOLLM2_GGUF
+    result = _claims(pytester, tmp_path, "--checkpoint", str(gguf), "--arch", str(gguf),
+                     "--layers", "0", "--heads", "0", "--n-samples", "3", "--threads", "1",
+                     "-k", "test_value_vectors")
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    records = json.loads((tmp_path / "out" / "results.json").read_text())["records"]
+    assert [(r["test_id"], r["head"], r["kv_head"]) for r in records if r["level"] == "head"] == [
+        ("test_value_vectors[checkpoint-SmolLM2-135M-Instruct.Q4_1-L00-KV0]", 0, 0)]
