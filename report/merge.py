@@ -361,8 +361,8 @@ def merge_files(paths: list[Path], out_dir: Path, command: str | None = None) ->
     the inputs are refused (MergeError) or the report cannot be rendered."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise MergeError(f"-o {_name(out_dir)} is a file; give a folder for results.json and "
-                         "report.html")
+        raise MergeError(f"-o {_name(out_dir)} is {'a file' if out_dir.is_file() else 'a FIFO, a socket or a device'}, "
+                         "not a folder; give a folder for results.json and report.html")
     inputs = [(Path(p), load_input(Path(p))) for p in paths]
     merged = merge(inputs, command)
     samples = check_samples(inputs, [_name(p) for p, _ in inputs])

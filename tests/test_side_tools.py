@@ -134,6 +134,15 @@ def test_merge_refuses_a_shard_with_a_nan_literal(tmp_path, capsys):
     assert not (tmp_path / "m").exists()
 
 
+def test_merge_refuses_an_output_that_is_a_fifo(tmp_path, capsys):
+    shard = _write(tmp_path / "a.json", _results())
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code, out, err = _refused(["merge", str(shard), "-o", str(fifo)], capsys)
+    assert code == 4 and out == "" and "is a FIFO, a socket or a device, not a folder" in _one_sentence(err)
+    assert fifo.exists() and not fifo.is_dir()
+
+
 def _cache(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fixtures.cache", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
