@@ -105,3 +105,17 @@ def test_a_quick_look_at_six_samples_exits_0_or_1_and_names_its_underpowered_con
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     weak = [r for r in results["records"] if r["expected"]["outcome"] == "underpowered"]
     assert {(r["claim"], r["level"], r["layer"]) for r in weak} >= {("J", "layer", 1)}
+
+
+@pytest.mark.slow
+def test_one_rpc_seed_trains_and_exits_9_judging_nothing(tmp_path):
+    """``--rpc-seeds 1``: claim R's intervals are over seeds, so one seed judges nothing (before:
+    exit 0 after training)."""
+    run = _claims(tmp_path, "-m", "rpc", "--rpc-seeds", "1", "--rpc-epochs", "1",
+                  "--rpc-attack-samples", "10", "--rpc-pgd-steps", "1")
+    text = run.stdout + run.stderr
+    assert run.returncode == 9, text[-3000:]
+    assert "NOTHING JUDGED (exit 9, not a verdict)" in text
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["records"] and {r["verdict"] for r in results["records"]} == {"undetermined"}
+    assert results["exit_status"] == 9
