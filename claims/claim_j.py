@@ -224,8 +224,23 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
                                            "bessel_share")})
 
 
-def trend_record(series: str, points: list[dict]) -> JTrendRecord:
-    """The trend verdict over an ordered series of checkpoints (method §3, P1 Fig. 1)."""
+def fit_excess(point: dict) -> float | None:
+    """The output fit's excess (R² − null)/(1 − null) of one checkpoint (method §3.6), or None
+    when the checkpoint has no fit or its null leaves less room than ``[claim_j.ours] min_room``."""
+    r2, null = point.get("output_r2"), point.get("output_r2_null")
+    min_room = float(verdicts.load_thresholds()[RULES]["ours"]["min_room"])
+    if r2 is None or null is None or not (math.isfinite(r2) and math.isfinite(null)) \
+            or 1.0 - null < min_room:
+        return None
+    return (r2 - null) / (1.0 - null)
+
+
+def trend_record(series: str, points: list[dict], rules: str = "ours") -> JTrendRecord:
+    """The trend verdict over an ordered series of checkpoints (method §3.4, P1 Fig. 1): `p2` on
+    J_proj's sign and fall, `ours` on the rise of the output fit's excess over its null, which
+    V's scale and basis cannot move; ``rules`` picks the record's verdict."""
+    if rules not in verdicts.RULE_SETS:
+        raise ValueError(f"unknown rule set {rules!r}; use one of {verdicts.RULE_SETS}")
     steps = torch.tensor([p["step"] for p in points], dtype=torch.float64)
     j = torch.tensor([p["j_proj"] for p in points], dtype=torch.float64)
     phi = torch.tensor([p["phi_sq_mean"] for p in points], dtype=torch.float64)
@@ -253,11 +268,27 @@ def trend_record(series: str, points: list[dict]) -> JTrendRecord:
              "delta_j": float(att["delta_j"]), "delta_phi": float(att["delta_phi"]),
              "delta_h": float(att["delta_h"]), **share, "carried_by": carried}
     metrics = {"min_j_proj": float(j.min()), "spearman_j": trend["spearman_j"]}
-    v = verdicts.judge(TREND, metrics, undefined=undefined)
+    excess = [fit_excess(p) for p in points]
+    fitted = [(s_, e) for s_, e in zip(steps.tolist(), excess) if e is not None]
+    if len(fitted) < 2:
+        undefined["spearman_fit_excess"] = (
+            f"the output fit's excess has a value at {len(fitted)} of {len(points)} checkpoints "
+            "(no fit, or the null leaves no room: method §3.6); a trend needs 2")
+        metrics["spearman_fit_excess"] = None
+    else:
+        ex = torch.tensor([e for _, e in fitted], dtype=torch.float64)
+        st = torch.tensor([s_ for s_, _ in fitted], dtype=torch.float64)
+        metrics["spearman_fit_excess"] = defined("spearman_fit_excess",
+                                                 lambda: spearman_rho(ex, st), undefined)
+    trend["fit_excess"] = excess
+    p2 = verdicts.judge(TREND, {k: metrics[k] for k in ("min_j_proj", "spearman_j")},
+                        undefined=undefined)
+    ours = verdicts.judge_ours(TREND, metrics, {}, undefined=undefined)
+    v = ours if rules == "ours" else p2
     ref = verdicts.load_thresholds()["claim_j_reference"]
     return JTrendRecord(
         claim="J", level="series", model=series,
-        verdict=v.verdict, verdicts={r: v.verdict for r in verdicts.RULE_SETS},
+        verdict=v.verdict, verdicts={"p2": p2.verdict, "ours": ours.verdict}, rules=rules,
         metrics=metrics, series=points, trend=trend, undefined=undefined or None,
         reason=v.reason or None, reference=ref, evidence=verdicts.format_evidence(v, extra={
             "share of dJ carried by ||h||^2": trend["share_h"],
@@ -281,15 +312,29 @@ def trend_point(point) -> dict:
     pooled over every layer and head, with the checkpoint's step, accuracy, loss and hash.
     ``point``: the series' checkpoint (``step``, ``run``, ``sidecar``, ``record_fields()``)."""
     info = point.run.prepare()
-    pooled_ = pooled([point.run.layer_metrics("J", layer) for layer in range(info["n_layers"])],
-                     list(range(info["n_heads"])))
+    terms = [point.run.layer_metrics("J", layer) for layer in range(info["n_layers"])]
+    pooled_ = pooled(terms, list(range(info["n_heads"])))
     return {"step": point.step, **point.record_fields(),
             "test_accuracy": point.sidecar.get("test_accuracy"),
             "train_loss": point.sidecar.get("train_loss"),
             "checkpoint_hash": info["checkpoint_hash"],
             **{k: pooled_[k] for k in ("phi_sq_mean", "h_sq_mean", "j_proj", "bessel_share",
                                         "log10_ratio")},
-            "p1_code_log_mean_error": pooled_["p1_log_mean_error"]}
+            "p1_code_log_mean_error": pooled_["p1_log_mean_error"],
+            **_pooled_fit(terms)}
+
+
+def _pooled_fit(layer_terms: list[dict[str, torch.Tensor]]) -> dict:
+    """The output fit's R² and its null, means over every fitted (sample, layer, head) of one
+    checkpoint (method §3.6); None where the terms carry no fit."""
+    if not layer_terms or "output_r2" not in layer_terms[0]:
+        return {"output_r2": None, "output_r2_null": None}
+    r2 = torch.cat([t["output_r2"].reshape(-1) for t in layer_terms]).to(torch.float64)
+    null = torch.cat([t["output_r2_null"].reshape(-1) for t in layer_terms]).to(torch.float64)
+    ok = torch.isfinite(r2) & torch.isfinite(null)
+    if not bool(ok.any()):
+        return {"output_r2": None, "output_r2_null": None}
+    return {"output_r2": float(r2[ok].mean()), "output_r2_null": float(null[ok].mean())}
 
 
 def record_for_series(name: str, points) -> tuple[JTrendRecord, object]:
@@ -299,7 +344,7 @@ def record_for_series(name: str, points) -> tuple[JTrendRecord, object]:
     for point in points:
         rows.append(trend_point(point))
         run = point.run
-    return trend_record(name, rows), run
+    return trend_record(name, rows, rules=run.options.rules if run is not None else "ours"), run
 
 
 def message(record: JRecord | JTrendRecord, what: str) -> str:

@@ -140,8 +140,8 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
         perm = torch.stack([nulls[b][heads] for b in chunk]).to(k.device)
         try:
             values = batch_terms(q, k, v, info["scale"], ctx.options.standardize,
-                                 ctx.options.convention, perm, dtype, fit=ctx.output_fit,
-                                 v_hat=ctx.shared_v_hat(chunk, heads, k) if ctx.output_fit else None)
+                                 ctx.options.convention, perm, dtype,
+                                 v_hat=ctx.shared_v_hat(chunk, heads, k))
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         for name in TOKEN_TERMS:

@@ -204,8 +204,8 @@ class JTrendRecord(Record):
     trend: dict[str, Any] | None = None
     reference: dict[str, Any] | None = None
 
-    _ORDER = ("claim", "level", "model", "layer", "head", "verdict", "verdicts", "metrics",
-              "series", "trend", "undefined", "reason", "reference", "evidence")
+    _ORDER = ("claim", "level", "model", "layer", "head", "verdict", "verdicts", "rules",
+              "metrics", "series", "trend", "undefined", "reason", "reference", "evidence")
 
 
 @dataclass(kw_only=True)

@@ -133,7 +133,7 @@ def _points(j_values):
 
 
 def test_a_constant_trend_is_undetermined_not_rho_zero():
-    record = claim_j.trend_record("s", _points([0.5, 0.5, 0.5]))
+    record = claim_j.trend_record("s", _points([0.5, 0.5, 0.5]), rules="p2")
     assert record["metrics"]["spearman_j"] is None and record["trend"]["spearman_j"] is None
     assert record["verdict"] == verdicts.UNDETERMINED
     assert "spearman_j" in record["reason"] and "constant" in record["undefined"]["spearman_j"]
@@ -141,7 +141,10 @@ def test_a_constant_trend_is_undetermined_not_rho_zero():
     assert record["trend"]["share_h"] is None and "share_h" in record["undefined"]  # no ΔJ: no share
     assert "did not change" in claim_j.message(record, "s")
     # a negative J_proj settles the verdict on its own: refuted stands
-    assert claim_j.trend_record("s", _points([-1.0, -1.0]))["verdict"] == verdicts.REFUTED
+    assert claim_j.trend_record("s", _points([-1.0, -1.0]), rules="p2")["verdict"] == verdicts.REFUTED
+    # ours reads the output fit, which these points lack: undetermined, with the reason
+    ours = claim_j.trend_record("s", _points([-1.0, -1.0]))
+    assert ours["verdict"] == verdicts.UNDETERMINED and "spearman_fit_excess" in ours["undefined"]
 
 
 def test_zero_head_outputs_make_claim_j_undetermined_with_the_reason():
@@ -256,7 +259,17 @@ def _trend_record(m: dict) -> dict:
     low = m.get("min_j_proj", 0.0)
     rho = m.get("spearman_j", -1.0)
     j = [low + 1.0, low + 2.0, low] if rho < 0 else [low, low + 2.0, low + 1.0]  # rho = ∓0.5
-    return claim_j.trend_record("s", _points(j))
+    return claim_j.trend_record("s", _points(j), rules="p2")
+
+
+def _trend_ours_record(m: dict) -> dict:
+    """A series whose output-fit excess over its null (null R² 0.5) rises (rho = +1) when the
+    wanted rho is positive and falls otherwise (method §3.4)."""
+    rising = m.get("spearman_fit_excess", 1.0) > 0
+    excess = [0.1, 0.3, 0.6] if rising else [0.6, 0.3, 0.1]
+    points = [dict(p, output_r2=0.5 + 0.5 * e, output_r2_null=0.5)
+              for p, e in zip(_points([1.0, 0.8, 0.6]), excess)]
+    return claim_j.trend_record("s", points)
 
 
 def _e_record(m: dict) -> dict:
@@ -495,7 +508,7 @@ def _gamma_ours_record(m: dict) -> dict:
 
 
 OURS_BUILDERS = {"claim_v": _v_ours_record, "claim_j": _j_ours_record,
-                 "claim_e_gamma": _gamma_ours_record}
+                 "claim_e_gamma": _gamma_ours_record, "claim_j_trend": _trend_ours_record}
 
 
 def _ours_rule_probe(path, tmp_path, monkeypatch):
@@ -657,3 +670,17 @@ def test_claim_e_ratios_without_a_finite_route_are_null_with_a_reason():
     assert record["metrics"]["max_route_ratio"] is None and "max_route_ratio" in record["undefined"]
     assert record["verdict"] == verdicts.REFUTED  # settled by the naive route's failure alone
     json.dumps(record.to_json(), allow_nan=False)
+
+
+def test_a_rescaled_exact_series_is_not_trend_refuted_under_ours():
+    """Exact kernel-PCA checkpoints whose V grows ×10 per step (W_O shrinking: the same network)
+    have J_proj going negative, which `p2` refutes; `ours` reads the output fit's excess, 1 at
+    every checkpoint, which has no trend: undetermined, never refuted (method §3.4)."""
+    points = [{"step": i, "j_proj": 1.0 - 10.0 ** (2 * i), "phi_sq_mean": 1.0,
+               "h_sq_mean": 10.0 ** (2 * i), "output_r2": 1.0, "output_r2_null": 0.62}
+              for i in range(4)]  # c = 1, 10, 100, 1000: ||h||^2 grows with c^2
+    p2 = claim_j.trend_record("s", points, rules="p2")
+    ours = claim_j.trend_record("s", points)
+    assert p2["verdict"] == verdicts.REFUTED
+    assert ours["verdict"] == verdicts.UNDETERMINED and ours["verdicts"]["p2"] == verdicts.REFUTED
+    assert ours["trend"]["fit_excess"] == [1.0] * 4

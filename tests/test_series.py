@@ -65,40 +65,24 @@ def test_mixed_architectures_stop_naming_the_file(tmp_path):
         series_specs(str(folder), "vit_tiny_patch16_224")
 
 
-def test_a_checkpoint_run_skips_claim_js_output_fit_under_its_own_cache_key(tmp_path):
-    """A series' checkpoints feed claim J's trend and the training dynamics, which read J_proj's
-    pooled terms only: their runs skip the output fit (method §3.6), every other number the same
-    to the bit, cached apart from a run that fits."""
+def test_a_checkpoint_run_fits_the_output_that_the_ours_trend_reads(tmp_path):
+    """Claim J's trend under `ours` reads the output fit's excess at every checkpoint (method
+    §3.4): a checkpoint's run computes the fit like any run, and its trend point carries the
+    pooled R² and null that :func:`claims.claim_j.fit_excess` turns into the excess."""
     from types import SimpleNamespace
-
-    import torch
 
     from claims import claim_j
     from fixtures.cache import Cache
-    from fixtures.engine.claim_session import ClaimSession
-    from fixtures.engine.run_options import RunOptions
     from tests._synthetic_run import SyntheticRun
 
-    cache = Cache(str(tmp_path))
-    full_run, point = SyntheticRun(cache=cache, tag="step 45"), SyntheticRun(cache=cache, tag="step 45")
-    point.output_fit = False
-    for run in (full_run, point):  # claim J needs the attention's scale
-        run._info = {**run._info, "scale": 0.5}
-    full, terms = full_run.layer_metrics("J", 0), point.layer_metrics("J", 0)
-    assert set(full) - set(terms) == {"output_r2", "output_r2_null", "token_fit_h_sq"}
-    assert set(terms) <= set(full)
-    for name, value in terms.items():  # NaN past a sample's own tokens
-        torch.testing.assert_close(value, full[name], rtol=0, atol=0, equal_nan=True, msg=name)
-    assert claim_j.pooled([terms], [0, 1]) == claim_j.pooled([full], [0, 1])
-    assert len(list((tmp_path / "claim_J").glob("*/metrics.safetensors"))) == 2
-    # the session marks every checkpoint run of a series so
-    spec = SimpleNamespace(key="m", source="local", checkpoint="x")
-    session = ClaimSession({}, RunOptions(cache_dir=str(tmp_path)), series={"s": [(0, spec), (9, spec)]})
-    assert [p.run.output_fit for p in session.series("s")] == [False, False]
-    # and every checkpoint of a model it trains, not that model's own run (nothing is loaded here)
-    from fixtures.models.catalogue import REGISTRY
-
-    trained = REGISTRY["tiny-vit-digits-softmax"]
-    session = ClaimSession({trained.key: trained}, RunOptions(cache_dir=str(tmp_path)))
-    assert session._trained_run(trained, 3, "step 135").output_fit is False
-    assert session.run(trained.key).output_fit is True
+    point_run = SyntheticRun(cache=Cache(str(tmp_path)), tag="step 45")
+    point_run._info = {**point_run._info, "scale": 0.5, "checkpoint_hash": "h"}
+    terms = point_run.layer_metrics("J", 0)
+    assert {"output_r2", "output_r2_null", "token_fit_h_sq"} <= set(terms)
+    point = SimpleNamespace(step=45, run=point_run, sidecar={}, record_fields=lambda: {})
+    row = claim_j.trend_point(point)
+    r2 = torch.cat([point_run.layer_metrics("J", layer)["output_r2"].reshape(-1)
+                    for layer in range(point_run.prepare()["n_layers"])])
+    assert row["output_r2"] == pytest.approx(float(r2[torch.isfinite(r2)].mean()), rel=1e-12)
+    assert claim_j.fit_excess(row) == pytest.approx(
+        (row["output_r2"] - row["output_r2_null"]) / (1 - row["output_r2_null"]))
