@@ -150,7 +150,7 @@ def _cache(*args: str) -> subprocess.CompletedProcess:
 
 def test_cache_info_refuses_what_is_not_a_cache_and_creates_nothing(tmp_path):
     """Before: info on a file, a FIFO, a folder of other files or a missing path printed
-    '0 entries, 0.0 MB', exit 0 (and the missing one was made)."""
+    '0 entries, 0.0 MB', exit 0."""
     plain = _write(tmp_path / "plain.txt", "x")
     other = tmp_path / "other"
     other.mkdir()
