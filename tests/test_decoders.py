@@ -375,3 +375,13 @@ def test_a_gguf_checkpoint_runs(pytester, tmp_path):
     records = json.loads((tmp_path / "out" / "results.json").read_text())["records"]
     assert [(r["test_id"], r["head"], r["kv_head"]) for r in records if r["level"] == "head"] == [
         ("test_value_vectors[checkpoint-SmolLM2-135M-Instruct.Q4_1-L00-KV0]", 0, 0)]
+
+
+def test_a_hub_decoder_not_downloaded_is_not_fetched_at_collection(monkeypatch):
+    """Which layers do not apply is read from the hub cache only: a hub decoder not downloaded
+    gives none here (its load then stops the run, exit 4), and nothing is fetched."""
+    from fixtures.models import catalogue
+
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-kpca-hub-cache")
+    spec = catalogue.REGISTRY["google--gemma-3-270m"]
+    assert families.get("hf-decoder").not_applicable_layers(spec, 4096) == {}
