@@ -56,7 +56,7 @@ def tiny_bert():
 
 def test_groups_hold_the_papers_models():
     ladder = [s.key for s in resolve_models(["controls"])]
-    assert ladder[0] == "kpca-oracle" and len(ladder) == 16  # the control ladder (method §12)
+    assert ladder[0] == "kpca-oracle" and len(ladder) == 18  # the control ladder (method §12, §12.4)
     assert [s.key for s in resolve_models(["default"])] == [
         "all-MiniLM-L6-v2", "control-vit_tiny_patch16_224", "control-bert-minilm-shape",
         "tiny-vit-digits-softmax", "tiny-vit-digits-p1-standardized", *ladder]
