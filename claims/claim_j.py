@@ -110,7 +110,8 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
     draws = (weights @ per_sample) / weights.sum(1, keepdim=True)  # [R, 2]
     excess = excess_over_null(draws[:, 0], draws[:, 1])
     level = float(settings["confidence"])
-    ci = percentile_interval(torch.stack([draws[:, 0], draws[:, 1], excess], 1), level).tolist()
+    ci = percentile_interval(torch.stack([draws[:, 0], draws[:, 1], excess], 1), level,
+                             n=int(per_sample.shape[0])).tolist()  # none from one sample (§7)
     diff = (per_sample[:, 0] - per_sample[:, 1]).unsqueeze(1)
     resamples = int(settings["permutation_resamples"])
     margin = float(verdicts.absolute_margin(RULES, "output_r2", float(mean[1])))
