@@ -42,7 +42,7 @@ COMMAND_1 = ("-m", "pytest", "claims/", "-n", "2", "-p", "no:cacheprovider", "--
 #: Fields of a results.json that are timings or local paths, not results.
 DROP_TOP = ("durations",)
 DROP_RECORD = ("evidence",)
-VERDICTS = ("supported", "refuted", "inconclusive")
+VERDICTS = ("supported", "refuted", "inconclusive", "undetermined")  # every count shown, none hidden
 
 
 def judged_part(results: dict) -> dict:
@@ -136,8 +136,10 @@ def _model_row(key: str, info: dict, recs: list[dict]) -> str:
     trend = "—"
     if j_series:
         m = j_series.get("metrics") or {}
-        trend = (f"{j_series['verdict']}: min J_proj {_num(m.get('min_j_proj'))}, "
-                 f"ρ {_num(m.get('spearman_j'), 2)}")
+        tv = j_series.get("verdicts") or {}
+        trend = (f"{tv.get('p2', j_series['verdict'])} → **{tv.get('ours', j_series['verdict'])}**:"
+                 f" min J_proj {_num(m.get('min_j_proj'))}, ρ {_num(m.get('spearman_j'), 2)}; "
+                 f"fit-excess ρ {_num(m.get('spearman_fit_excess'), 2)}")
     e = (f"{e_model['verdict']} ×{_with_ci(e_model, 'raw_vs_standardized_ratio')}"
          if e_model else "—")
     others = sorted({r["claim"] for r in recs} - {"V", "J", "E"})
@@ -171,7 +173,7 @@ def readme_block(reference: dict) -> str:
         _controls_line(controls),
         "",
         "| model | claim V heads: `p2` → `ours` | claim V model (`p2` → `ours`) | claim J layers; "
-        "model (`ours`) | claim J trend | claim E model: raw vs standardised | γ heads "
+        "model (`ours`) | claim J trend: `p2` → `ours` | claim E model: raw vs standardised | γ heads "
         "| other claims |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -58,7 +58,8 @@ def test_readme_block_is_made_from_the_records():
     assert ("**refuted**: fit excess 0.04 [0.01, 0.07] (null R² 0.9632); per-token median log10 "
             "ratio 4.47, trimmed 4.62") in block
     assert "−29.9" not in block and "−30.4" not in block
-    assert "| t (test acc. 0.914) |" in block and "refuted: min J_proj −1.5, ρ 0.95" in block
+    assert "| t (test acc. 0.914) |" in block
+    assert "refuted → **refuted**: min J_proj −1.5, ρ 0.95; fit-excess ρ undefined" in block
     assert block.rstrip().endswith("| R: 1 supported |")
 
 
