@@ -14,12 +14,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+
+from tests._browser import chromium, run
 
 from report.merge import merge_files
 from report.method_link import METHOD_URL_ENV
@@ -29,8 +30,6 @@ from report.summary import summary
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reference" / "results.json"
 EXAMPLE = ROOT / "tests" / "data" / "results_example.json"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-         "--disable-background-networking", "--disable-component-update", "--hide-scrollbars"]
 #: The elements of the first screen, by id, and what must come after them (the method text).
 FIRST_SCREEN = ("verdict-grid", "controls-state", "reproduce-state", "completeness-state")
 
@@ -178,23 +177,13 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-def _chromium() -> str | None:
-    candidates = (shutil.which("chromium"), "/usr/bin/chromium")
-    return next((p for p in candidates if p and Path(p).exists()), None)
-
-
-def _run(binary: str, profile: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([binary, *FLAGS, f"--user-data-dir={profile}", *extra, url],
-                          capture_output=True, text=True, timeout=180)
-
-
 def _measure(binary: str, report: Path, tmp: Path) -> dict:
     html = report.read_text(encoding="utf-8")
     assert "<script" not in html  # the report itself has none: only the test's copy
     probe = tmp / f"probe-{report.parent.name}.html"
     probe.write_text(html.replace("</body>", PROBE % json.dumps(FIRST_SCREEN) + "</body>"),
                      encoding="utf-8")
-    dom = _run(binary, tmp / "profile", probe.as_uri(), "--window-size=1400,1000", "--dump-dom")
+    dom = run(binary, tmp / "profile", probe.as_uri(), "--window-size=1400,1000", "--dump-dom")
     found = re.search(r'<pre id="kpca-probe">(.*?)</pre>', dom.stdout, re.S)
     assert found, dom.stderr[-2000:]
     return json.loads(found.group(1).replace("&quot;", '"'))
@@ -202,7 +191,7 @@ def _measure(binary: str, report: Path, tmp: Path) -> dict:
 
 @pytest.mark.slow
 def test_the_first_screen_answers_within_1000_px_for_the_default_run_and_a_merge(tmp_path):
-    binary = _chromium()
+    binary = chromium()
     if binary is None:
         pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
     results = json.loads(REFERENCE.read_text(encoding="utf-8"))
@@ -221,7 +210,7 @@ def test_the_first_screen_answers_within_1000_px_for_the_default_run_and_a_merge
         assert 'id="completeness-state" class="state state-ok"' in html
         assert '<details id="provenance-details">' in html
         shot = tmp_path / name
-        pic = _run(binary, tmp_path / "profile-shot", report.as_uri(), f"--screenshot={shot}",
+        pic = run(binary, tmp_path / "profile-shot", report.as_uri(), f"--screenshot={shot}",
                    "--window-size=1400,1000")
         assert pic.returncode == 0 and shot.stat().st_size > 10_000, pic.stderr[-2000:]
         if os.environ.get("KPCA_UPDATE_SCREENSHOTS") == "1":

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests._browser import chromium, run
 
 from report.render import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "tests" / "data" / "results_example.json"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-         "--disable-background-networking", "--disable-component-update", "--hide-scrollbars"]
 
 # Measures the laid-out page and writes the numbers into the DOM (dumped with --dump-dom). Only
 # the test's copy of the page gets it: the report itself has no script.
@@ -48,20 +46,10 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-def _chromium() -> str | None:
-    candidates = (shutil.which("chromium"), "/usr/bin/chromium")
-    return next((p for p in candidates if p and Path(p).exists()), None)
-
-
-def _run(binary: str, profile: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([binary, *FLAGS, f"--user-data-dir={profile}", *extra, url],
-                          capture_output=True, text=True, timeout=180)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("width", [1400, 800])
 def test_report_uses_the_width_and_has_keyboard_value_tables(tmp_path, width):
-    binary = _chromium()
+    binary = chromium()
     if binary is None:
         pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
     report = write_report(EXAMPLE, tmp_path / "report.html")
@@ -69,7 +57,7 @@ def test_report_uses_the_width_and_has_keyboard_value_tables(tmp_path, width):
     assert "<script" not in html
     probe = tmp_path / "probe.html"
     probe.write_text(html.replace("</body>", PROBE + "</body>"), encoding="utf-8")
-    dom = _run(binary, tmp_path / "profile", probe.as_uri(), f"--window-size={width},1200",
+    dom = run(binary, tmp_path / "profile", probe.as_uri(), f"--window-size={width},1200",
                "--dump-dom")
     found = re.search(r'<pre id="kpca-probe">(.*?)</pre>', dom.stdout, re.S)
     assert found, dom.stderr[-2000:]
@@ -86,7 +74,7 @@ def test_report_uses_the_width_and_has_keyboard_value_tables(tmp_path, width):
     assert m["value_tables"] == len(re.findall(r'<details class="values"', html))
     assert all(n > 0 for n in m["value_cells"])
     shot = tmp_path / f"report-{width}.png"
-    pic = _run(binary, tmp_path / "profile-shot", report.as_uri(), f"--screenshot={shot}",
+    pic = run(binary, tmp_path / "profile-shot", report.as_uri(), f"--screenshot={shot}",
                f"--window-size={width},2400")
     assert pic.returncode == 0 and shot.stat().st_size > 10_000, pic.stderr[-2000:]
     print(f"screenshot: {shot}")
