@@ -10,7 +10,6 @@ import copy
 import json
 import random
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from report.svg_colour import VIRIDIS, ColourScale, decade_scale, interpolate, t
 from report.svg_heatmap import heatmap
 from report.svg_line_plot import Series, line_plot
 from report.svg_primitives import MISSING
+from tests._browser import chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "tests" / "data" / "results_example.json"
@@ -483,11 +483,6 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--enable-logging=stderr", "--v=0"]
 
 
-def _chromium() -> str | None:
-    candidates = (shutil.which("chromium"), "/usr/bin/chromium")
-    return next((p for p in candidates if p and Path(p).exists()), None)
-
-
 def _run_chromium(binary: str, profile: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, url],
                           capture_output=True, text=True, timeout=120)
@@ -516,7 +511,7 @@ def _png_size_and_variety(path: Path) -> tuple[int, int, int]:
 
 @pytest.mark.slow
 def test_report_renders_in_headless_chromium(tmp_path, example):
-    binary = _chromium()
+    binary = chromium()
     if binary is None:
         pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
     # the console check must be able to fail: a page with a broken SVG attribute and a script error
