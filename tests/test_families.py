@@ -330,5 +330,6 @@ def test_a_gpt2_series_skips_the_claim_j_trend(pytester, gpt2_folder, tmp_path):
         "--series", str(series), "--arch", str(gpt2_folder), "--n-samples", "2", "--threads", "1",
         "-rs", "--out", str(out), "--cache-dir", str(out / "cache"), "--report", "none", timeout=600)
     reason = families.get("hf-gpt2").unsupported_claims["J"]
-    assert result.ret == 0, result.stdout.str()
+    # the only test the series selects is skipped: nothing was judged, exit 9 (README, Exit codes)
+    assert result.ret == 9, result.stdout.str()
     result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] *claims/test_projection_loss.py: claim J is not supported for series-run: {reason}"])
