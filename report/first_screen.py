@@ -298,5 +298,13 @@ def claim_lines(results: dict, claims: list[str], not_requested: list[str]) -> d
         spec = spec_of(c)
         lines.append({"letter": c, "title": spec.title if spec else f"claim {c}",
                       "source": spec.source if spec else "", "rule": rule_sentence(results, c)})
-    skipped = [f"claim {c} ({spec_of(c).title if spec_of(c) else c})" for c in not_requested]
+    skipped = [_not_requested(c) for c in not_requested]
     return {"lines": lines, "not_requested": skipped}
+
+
+def _not_requested(claim: str) -> str:
+    """A claim the run did not ask for, with how to ask for it where its tests carry a marker."""
+    spec = spec_of(claim)
+    text = f"claim {claim} ({spec.title if spec else claim})"
+    marker = (getattr(spec, "extra", None) or {}).get("marker") if spec else None
+    return f"{text}, asked for with pytest claims/ -m {marker}" if marker else text
