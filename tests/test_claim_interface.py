@@ -295,7 +295,8 @@ def test_unsupported_claim_tests_are_skipped_with_the_reason_in_a_run(pytester, 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # -p imports it before the root conftest runs
     result, out = _run(pytester, tmp_path, "-p", "fakefamily", "-k", "value_vectors",
                        "-rs", "--report", "none")
-    assert result.ret == 0, result.stdout.str()[-3000:]
+    # every selected test skipped as unsupported: nothing judged, exit 9 (README, Exit codes)
+    assert result.ret == 9, result.stdout.str()[-3000:]
     text = result.stdout.str()
     assert "3 skipped" in text  # two heads and the model
     assert "claim V is not supported for tiny-vit-digits-softmax: a causal mask leaves no " \

@@ -326,8 +326,9 @@ def test_the_ladder_runs_end_to_end_through_results_and_report(pytester, tmp_pat
     assert run.ret == (8 if failures else 0) == results["exit_status"], run.stdout.str()[-3000:]
     assert results["complete"] and not results["not_run"]
     assert set(results["models"]) == {controls.ladder_key(n) for n in oracle.MEMBERS}
-    # 16 models x (2 V heads + V model + 1 J layer + J model + 2 γ heads + E model)
-    assert len(results["records"]) == 16 * 8
+    members = len(oracle.MEMBERS)  # 18: the ladder of method §12
+    # each model x (2 V heads + V model + 1 J layer + J model + 2 γ heads + E model)
+    assert len(results["records"]) == members * 8
     for rec in results["records"]:
         assert rec["control"] == controls.control_of(rec["model"]).role
         assert rec["expected"]["got"] == rec["verdicts"]["ours"]
@@ -335,7 +336,7 @@ def test_the_ladder_runs_end_to_end_through_results_and_report(pytester, tmp_pat
         assert (rec["outcome"] == "failed") == (rec["expected"]["met"] is False)
     assert len(failures) == sum(r["expected"]["met"] is False for r in results["records"])
     assert results["summary"]["records"] == 0 and results["summary"]["verdicts"] == {}
-    assert sum(c["records"] for c in results["summary"]["controls"].values()) == 16 * 8
+    assert sum(c["records"] for c in results["summary"]["controls"].values()) == members * 8
     schema = json.loads((ROOT / "docs" / "results.schema.json").read_text())
     jsonschema.validate(results, schema)
     text = run.stdout.str()
@@ -343,7 +344,7 @@ def test_the_ladder_runs_end_to_end_through_results_and_report(pytester, tmp_pat
     assert text.count("INSTRUMENT FAILURE: claim") == len(failures)
     html = (out / "report.html").read_text()
     assert html.index('id="grid"') < html.index('id="controls-state"') < html.index('id="controls"')
-    assert html.count('<tr class="role-') == 16
+    assert html.count('<tr class="role-') == members
     assert html.count("ctl-cell ctl-failed") == len({(f["model"], f["claim"], f["level"])
                                                      for f in failures})
 
