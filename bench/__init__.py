@@ -11,4 +11,8 @@
   :mod:`bench.timing`, the models and input sets in :mod:`bench.workloads`;
   :mod:`bench.crossover` and :mod:`bench.solvers` measure eigensolvers and assignment solvers on
   their own.
+- :mod:`bench.pipeline`: ``python -m bench.run --pipeline``, the whole per-model pipeline of
+  ``pytest claims/`` (command 1) in process, each model in a fresh process, its CPU time
+  attributed to stages by wrappers put around the suite's functions from the outside
+  (:mod:`bench.attribution`); written to ``bench/pipeline.json``, tabled by :mod:`bench.table`.
 """

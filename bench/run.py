@@ -1,6 +1,8 @@
 """``python -m bench.run``: time the suite's claims V, J and E stage by stage against plain
 per-head loops (:mod:`bench.loop_reference`), check that both give the same numbers, and measure
-peak memory. ``--write-table`` rewrites the Speed table of docs/performance.md from the results file instead;
+peak memory. ``--pipeline`` times the whole per-model pipeline of ``pytest claims/`` stage by stage
+instead (:mod:`bench.pipeline`, :mod:`bench.attribution`), then the kernels against the loop in the
+same run. ``--write-table`` rewrites the Speed tables of docs/performance.md from the results files instead;
 ``--topk-crossover`` measures the eigensolver crossover (:mod:`bench.crossover`); ``--solvers``
 measures the assignment solvers and the partial eigensolvers on real matrices
 (:mod:`bench.solvers`). The jobs live in their modules: the instruments in :mod:`bench.timing`,
@@ -28,10 +30,12 @@ import torch
 from .claim_v_timing import bench_model
 from .crossover import topk_crossover
 from .workloads import model_configs
-from .table import print_table, stage_rows, update_doc
-from .timing import RssSampler, cpu_model, parse_bytes, provenance, set_threads
+from .table import print_table, stage_rows, update_doc, update_pipeline_doc
+from .timing import ROOT, RssSampler, cpu_model, parse_bytes, provenance, set_threads
 
 SCHEMA = "kpca-claims/bench/1"
+#: Where ``--pipeline`` writes (``--out`` overrides) and ``--write-table`` reads the pipeline table.
+PIPELINE_JSON = ROOT / "bench" / "pipeline.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                         "bench/topk_crossover.json)")
     p.add_argument("--max-memory", type=parse_bytes, default=parse_bytes("2G"),
                    help="RunOptions.max_memory, the session's chunking bound (default 2G)")
-    p.add_argument("--models", default="minilm,vit_base", help="minilm, vit_base (comma-separated)")
+    p.add_argument("--models", default=None,
+                   help="minilm, vit_base (comma-separated; default both, with --pipeline "
+                        "minilm; 'none' with --pipeline: no kernel comparison)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch and BLAS threads (default 1: with 2 threads, batched LAPACK "
                         "calls ran 10-400x slower whenever other processes shared the 2 cores, "
@@ -67,13 +73,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu",
                    help="where our path's math runs: cpu (default), cuda, cuda:N or mps, as "
                         "`pytest claims/ --device` (the reference stays on the CPU)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="the whole per-model pipeline of `pytest claims/` (command 1), stage by "
+                        "stage, each model in a fresh process (bench.pipeline), then the kernels "
+                        "of --models against the loop; written to bench/pipeline.json")
+    p.add_argument("--pipeline-models", default=None,
+                   help="with --pipeline: comma-separated models or groups, each timed in its own "
+                        "process (default: command 1's default models, the 18-model control "
+                        "ladder as one group 'controls')")
+    p.add_argument("--n-samples", type=int, default=None,
+                   help="with --pipeline: samples per model (default 100 as command 1; --quick 8)")
+    p.add_argument("--pytest-arg", action="append", default=None,
+                   help="with --pipeline: one more argument for each `pytest claims/` run "
+                        "(repeatable), e.g. --pytest-arg=--layers=0")
     p.add_argument("--write-table", action="store_true",
-                   help="no run: rewrite the Speed table of docs/performance.md from the "
-                        "results file (--out, default bench/results.json)")
+                   help="no run: rewrite the Speed tables of docs/performance.md from the "
+                        "results file (--out, default bench/results.json) and from "
+                        "bench/pipeline.json when it exists")
     args = p.parse_args(argv)
     if args.write_table:
         update_doc(Path(args.out or "bench/results.json"))
         print("docs/performance.md: Speed table rewritten from", args.out or "bench/results.json")
+        if PIPELINE_JSON.is_file():
+            update_pipeline_doc(PIPELINE_JSON)
+            print("docs/performance.md: pipeline table rewritten from", PIPELINE_JSON)
         return 0
     from fixtures.engine.device import resolve_device
 
@@ -81,6 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         args.device = resolve_device(args.device)
     except ValueError as exc:
         p.exit(4, f"{p.prog}: error: {exc}\n")
+    if args.pipeline:
+        args.ref_min = min(args.ref_min, 24) if args.quick else args.ref_min
+        args.ref_capture_samples = (min(args.ref_capture_samples, 2) if args.quick
+                                    else args.ref_capture_samples)
+        from .pipeline import pipeline_main
+
+        return pipeline_main(args, set_threads(args.threads))
+    if args.models is None:
+        args.models = "minilm,vit_base"
     if args.out is None:
         args.out = ("bench/topk_crossover.json" if args.topk_crossover else
                     "bench/solvers.json" if args.solvers else "bench/results.json")

@@ -214,3 +214,112 @@ def update_doc(results_path: Path, doc: Path = DOC) -> None:
     tail = rest.split(TABLE_END, 1)[1]
     table = speed_table(json.loads(results_path.read_text()))
     doc.write_text(head + table + tail)
+
+
+# ---------------------------------------------------------------- the pipeline table (--pipeline)
+PIPELINE_START = "<!-- pipeline-table:start (python -m bench.run --write-table) -->"
+PIPELINE_END = "<!-- pipeline-table:end -->"
+#: Stages shown in this order (then any other, by total CPU time); ``other`` and the process's
+#: start last. Labels ending in `` (V)`` etc. are shared kernels, by the claim they ran for.
+PIPELINE_ORDER = ("load model", "inputs & prepare", "capture", "layer I/O", "claim V per-layer",
+                  "Gram matrices & threshold (V)", "eigendecompositions (V)",
+                  "column bases (QR + svdvals) (V)", "V ", "claim J per-layer", "J ",
+                  "Gram matrices & threshold (J)", "eigendecompositions (J)",
+                  "claim E per-layer", "Gram matrices & threshold (E)", "eigendecompositions (E)",
+                  "E ", "statistics", "records", "results.json", "pytest",
+                  "python start", "child processes", "other")
+
+
+def _stage_rank(label: str, totals: dict) -> tuple:
+    for i, prefix in enumerate(PIPELINE_ORDER):
+        if label.startswith(prefix):
+            return (i, -totals.get(label, 0.0), label)
+    return (PIPELINE_ORDER.index("statistics") - 0.5, -totals.get(label, 0.0), label)
+
+
+def pipeline_stages(results: dict) -> list[str]:
+    """Every stage of any model, in :data:`PIPELINE_ORDER`."""
+    totals: dict[str, float] = {}
+    for m in results["models"]:
+        for k, v in m["stages_cpu_s"].items():
+            totals[k] = totals.get(k, 0.0) + v
+    return sorted(totals, key=lambda s: _stage_rank(s, totals))
+
+
+def _cell(cpu: float | None, total: float) -> str:
+    if cpu is None or abs(cpu) < 0.05:
+        return "–"
+    return f"{cpu:.1f} ({100 * cpu / total:.0f}%)" if total > 0 else f"{cpu:.1f}"
+
+
+def kernel_line(results: dict) -> str:
+    """The kernels against the loop, measured in the same run: ``claim V 1.31×, ...``."""
+    parts = []
+    for k in results.get("kernels", []):
+        ratios = ", ".join(
+            f"claim {c} {x['ratio_cpu']:.2f}× ({x['ours_cpu_s']:.1f} s ours, "
+            f"{x['loop_cpu_s']:.1f} s loop{'*' if x['loop_extrapolated'] else ''})"
+            for c, x in k["claims"].items() if x.get("ratio_cpu") is not None)
+        agree = "agreement with the loop passed" if k["agreement_passed"] else "AGREEMENT FAILED"
+        parts.append(f"{k['model']} ({k['n_samples']} samples, {k['n_heads_total']:,} heads): "
+                     f"{ratios or 'no ratio'}; {agree}")
+    return "; ".join(parts)
+
+
+def pipeline_table(results: dict) -> str:
+    """The per-model × stage table of docs/performance.md from ``bench/pipeline.json``: each
+    stage's CPU seconds and its share of the model's total, the machine, the date, and the
+    kernels-vs-loop ratio of the same run."""
+    m = results["machine"]
+    models = results["models"]
+    lines = [PIPELINE_START,
+             f"Measured {results.get('date_utc', '?')} UTC at commit {results.get('commit', '?')} "
+             f"on {m['cpus']} CPUs ({m.get('cpu_model', '?')}), torch {m.get('torch', '?')}, "
+             f"Python {m.get('python', '?')}, 1 thread per process, {results.get('n_samples')} "
+             f"samples per model, 1 run; load average before / after {m['load_before'][0]} / "
+             f"{m.get('load_after', ['?'])[0]}. Each model ran alone in a fresh process "
+             "(`pytest claims/ --models M -n 0 --threads 1`, fresh cache); cells are per-thread "
+             "CPU seconds (share of the model's total); a stage nested in another counts once.",
+             "",
+             "| stage | " + " | ".join(r.get("label", r["models"]) for r in models) + " |",
+             "|---|" + "---|" * len(models)]
+    for stage in pipeline_stages(results):
+        lines.append(f"| {stage} | " + " | ".join(
+            _cell(r["stages_cpu_s"].get(stage), r["cpu_s"]) for r in models) + " |")
+    lines.append("| **total CPU s** | " + " | ".join(f"**{r['cpu_s']:.1f}**" for r in models)
+                 + " |")
+    lines.append("| wall s (one process) | " + " | ".join(f"{r['wall_s']:.1f}" for r in models)
+                 + " |")
+    total = sum(r["cpu_s"] for r in models)
+    lines += ["", f"All models: {total:.1f} CPU s."]
+    kl = kernel_line(results)
+    if kl:
+        lines += ["", f"Kernels against the loop reference in the same run (CPU, ours vs loop; "
+                      f"`*` extrapolated from a subset of heads): {kl}."]
+    missing = sorted({t for r in models for t in r.get("missing_targets", [])})
+    if missing:
+        lines += ["", "Not wrapped (target missing, its time counted in its caller): "
+                  + ", ".join(f"`{t.split(' ')[0]}`" for t in missing) + "."]
+    lines += ["", PIPELINE_END]
+    return "\n".join(lines)
+
+
+def print_pipeline(results: dict) -> None:
+    """The pipeline table on the terminal (the same markdown), then the kernel ratio."""
+    print("\n" + pipeline_table(results).split("\n", 1)[1].rsplit("\n", 1)[0])
+
+
+def _replace_block(text: str, start: str, end: str, block: str, doc: Path) -> str:
+    if start not in text or end not in text:
+        raise SystemExit(f"{doc} has no table markers ({start!r} ... {end!r}); add them where "
+                         "the table belongs")
+    head, rest = text.split(start, 1)
+    return head + block + rest.split(end, 1)[1]
+
+
+def update_pipeline_doc(results_path: Path, doc: Path = DOC) -> None:
+    """Replace the block between :data:`PIPELINE_START` and :data:`PIPELINE_END` in ``doc`` by
+    :func:`pipeline_table` of ``results_path``."""
+    text = doc.read_text()
+    doc.write_text(_replace_block(text, PIPELINE_START, PIPELINE_END,
+                                  pipeline_table(json.loads(results_path.read_text())), doc))
