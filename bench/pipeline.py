@@ -65,8 +65,12 @@ def _stages(label: str, targets: list[str], **kw) -> list[Stage]:
 #: project module binds them to is wrapped (:func:`bench.attribution.patch_everywhere`). A target
 #: that no longer exists is reported under ``missing_targets`` and its time falls to its caller.
 STAGES: list[Stage] = [
-    *_stages(LOAD, ["fixtures.models.loading:load_model", "fixtures.models.loading:wrap_model"]),
-    Stage("fixtures.engine.model_run:ModelRun.prepare", INPUTS),
+    *_stages(LOAD, ["fixtures.models.loading:load_model", "fixtures.models.loading:wrap_model",
+                    # the models this suite trains: the shipped or cached series, checked, loaded
+                    "fixtures.training.series:cached_series",
+                    "fixtures.training.series:TrainedSeries.load"]),
+    *_stages(INPUTS, ["fixtures.engine.model_run:ModelRun.prepare",
+                      "fixtures.engine.claim_session:_digits_inputs"]),
     Stage("fixtures.models.capture_batches:capture_to_layer_files", CAPTURE),
     *_stages(IO, ["fixtures.engine.model_run:ModelRun.layer_metrics",
                   "fixtures.engine.model_run:ModelRun._capture_layer"]),
