@@ -301,6 +301,9 @@ def pipeline_main(args, threads: dict) -> int:
                 print(f"   not wrapped (missing): {res['missing_targets']}", flush=True)
             results["models"].append(res)
     results["pipeline_wall_s"] = round(time.perf_counter() - t0, 1)
+    measured = sorted({n for r in results["models"] for n in r["n_samples"]})
+    if measured:  # what the runs used (a --pytest-arg may have set it)
+        results["n_samples"] = measured[0] if len(measured) == 1 else measured
     kernel_names = [m.strip() for m in (args.models or "minilm").split(",")
                     if m.strip() and m.strip() != "none"]
     results["kernels"] = []
