@@ -14,7 +14,18 @@ is imported: top level, class bodies, ``try``/``if`` blocks, but not ``if TYPE_C
 - a function-level import that closes a circle is listed in :data:`ALLOWED_LAZY` with the
   reason; a new one fails until it is fixed or listed, and a stale entry fails until removed;
 - no project module over :data:`MAX_LINES` lines, and no two project modules share a file name
-  (``__init__.py`` and ``__main__.py`` aside).
+  (``__init__.py`` and ``__main__.py`` aside);
+- no function over :data:`MAX_FUNCTION_LINES` lines, counted from its ``def`` line (decorators
+  left out) to the last line of its body, **its docstring left out** (a function is not made
+  shorter by cutting its documentation); the few that are longer are named in
+  :data:`LONG_FUNCTIONS` with why, and an entry that no longer exceeds the bound fails until it
+  is removed, so the list only shrinks;
+- a project module imported inside a function (it loads when the function runs, and the module's
+  head no longer says what it needs) is listed in :data:`INLINE_IMPORTS_FILE`
+  (``tests/data/inline_imports.txt``, whose header states the policy): a new one fails until it
+  moves to the module's head or is listed with its reason (start-up time, an import cycle), and a
+  listed one that is gone fails until its line is removed. Third-party imports inside functions
+  (optional dependencies such as ``gguf``, heavy ones kept off start-up) are not counted.
 
 ``python tests/test_architecture.py`` prints the graph's summary.
 """
@@ -56,6 +67,43 @@ MAY_IMPORT: dict[str, set[str]] = {
 #: Function-level imports that close a circle today, (importer, imported) → why they are
 #: tolerated. Add an entry only with the change that removes it.
 ALLOWED_LAZY: dict[tuple[str, str], str] = {}
+
+#: No function is longer than this (docstring left out; see the module docstring).
+MAX_FUNCTION_LINES = 80
+
+#: ``module:qualified name`` → why it is longer than :data:`MAX_FUNCTION_LINES` today. Measured
+#: 2026-11-28: 8 functions over the bound (15 with docstrings counted). Only shrinks: split a
+#: function along its seams and remove its entry; a new long function is split, not listed.
+LONG_FUNCTIONS: dict[str, str] = {
+    "fixtures.engine.multiverse_metrics:specification_curve":
+        "the curve's loop names claims V, J, E and wires their shared stores; issue 46 item 1 "
+        "replaces it with a loop over the claims' declarations",
+    "report.merge:merge":
+        "checks the shards agree, then joins each field of results.json in the schema's order; "
+        "not yet split into one function per group of fields",
+    "bench.run:main":
+        "the bench command line: its options and the dispatch to each benchmark in one place",
+    "report.svg_line_plot:line_plot":
+        "draws the plot's elements in paint order (axes, bands, lines, markers, legend) "
+        "sharing one coordinate transform; not yet split per element",
+    "bench.claim_v_timing:bench_model":
+        "the timed stages of claim V on one model, in order, each with its timer and memory "
+        "probe; a stage table would replace it",
+    "claims.claim_e:head_record":
+        "assembles the γ record of a head (metrics, intervals, tests against chance, rule "
+        "sections); the chance test moves out with issue 46 item 2",
+    "fixtures.plugin.options:pytest_addoption":
+        "one addoption call per command-line option: a table written as calls",
+    "fixtures.engine.multiverse_v_grid:v_grid_layer":
+        "claim V's grid of one layer: one Gram matrix and eigendecomposition per (standardise, "
+        "dtype) shared by both axis conventions and both nulls, in one loop",
+}
+
+#: The in-function project imports allowed today, one ``module:function -> imported`` a line.
+INLINE_IMPORTS_FILE = ROOT / "tests" / "data" / "inline_imports.txt"
+#: The most entries its ``[grandfathered]`` section may hold: the 250 found on 2026-11-28, when
+#: the rule came in. Lower it as the list shrinks; never raise it.
+GRANDFATHERED_INLINE_IMPORTS = 250
 
 
 def layer_of(module: str) -> str:
@@ -219,6 +267,95 @@ def shared_file_names(modules: dict[str, Path]) -> dict[str, list[str]]:
     return {name: sorted(mods) for name, mods in by_name.items() if len(mods) > 1}
 
 
+def _docstring_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    first = node.body[0]
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return first.end_lineno - first.lineno + 1
+    return 0
+
+
+def _functions(tree: ast.AST, module: str):
+    """Yield (``module:Class.function.inner``, node, the enclosing function's node or None) for
+    every function of a module, nested ones included."""
+    def walk(node: ast.AST, qual: list[str], outer):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{module}:{'.'.join(qual + [child.name])}"
+                yield name, child, outer
+                yield from walk(child, qual + [child.name], child)
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, qual + [child.name], outer)
+            else:
+                yield from walk(child, qual, outer)
+    yield from walk(tree, [], None)
+
+
+def function_lengths(modules: dict[str, Path]) -> dict[str, int]:
+    """``module:qualified name`` → its length in lines: from the ``def`` line to the end of
+    its body, the docstring left out (a nested function counts in its own entry and in its
+    enclosing function's)."""
+    lengths = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for name, node, _ in _functions(tree, module):
+            lengths[name] = node.end_lineno - node.lineno + 1 - _docstring_lines(node)
+    return lengths
+
+
+def inline_imports(modules: dict[str, Path]) -> set[str]:
+    """Every project module imported inside a function, as ``module:function -> imported``
+    (the innermost function holding the import; an import of the same module twice in one
+    function counts once; ``if TYPE_CHECKING:`` blocks never run and are left out)."""
+    names = set(modules)
+    found = set()
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for name, func, _ in _functions(tree, module):
+            for node in _own_imports(func):
+                for target in _resolve(module, path.name == "__init__.py", node, names):
+                    found.add(f"{name} -> {target}")
+    return found
+
+
+def _own_imports(func: ast.FunctionDef | ast.AsyncFunctionDef):
+    """The import statements a function runs itself: not those of the functions defined in it
+    (theirs), nor those under ``if TYPE_CHECKING:`` (never run)."""
+    def walk(nodes):
+        for child in nodes:
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                yield from walk(child.orelse)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child
+            yield from walk(list(ast.iter_child_nodes(child)))
+    yield from walk(func.body)
+
+
+def read_inline_imports(path: Path = None) -> tuple[dict[str, str], set[str]]:
+    """The allowlist: (entries with their stated reason, grandfathered entries). Lines above
+    ``[grandfathered]`` must carry a reason after ``#``; ``#`` lines are comments."""
+    path = path or INLINE_IMPORTS_FILE
+    reasoned: dict[str, str] = {}
+    grandfathered: set[str] = set()
+    section = "reasoned"
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if line == "[grandfathered]":
+            section = "grandfathered"
+            continue
+        if not line or line.startswith("#"):
+            continue
+        entry, _, reason = (part.strip() for part in line.partition("#"))
+        if section == "grandfathered":
+            grandfathered.add(entry)
+        else:
+            reasoned[entry] = reason
+    return reasoned, grandfathered
+
+
 def _where(e: Edge) -> str:
     kind = "function-level" if e.lazy else "module-level"
     return f"{e.importer} imports {e.imported} ({kind}, line {e.line})"
@@ -286,6 +423,70 @@ def test_allowed_lazy_lists_only_imports_that_exist(graph):
     _, edges = graph
     stale = set(ALLOWED_LAZY) - {(e.importer, e.imported) for e in edges if e.lazy}
     assert not stale, f"ALLOWED_LAZY lists imports that no longer exist, remove them: {sorted(stale)}"
+
+
+def test_no_function_is_over_the_length_limit(graph):
+    modules, _ = graph
+    lengths = function_lengths(modules)
+    over = {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}
+    new = sorted(set(over) - set(LONG_FUNCTIONS))
+    assert not new, (f"functions over {MAX_FUNCTION_LINES} lines (docstring left out), split "
+                     "them along their seams: " + ", ".join(f"{n} ({over[n]})" for n in new))
+    stale = sorted(set(LONG_FUNCTIONS) - set(over))
+    assert not stale, ("LONG_FUNCTIONS lists functions that are gone or no longer over "
+                       f"{MAX_FUNCTION_LINES} lines, remove them: " + ", ".join(
+                           f"{n} ({lengths.get(n, 'gone')})" for n in stale))
+    assert all(reason.strip() for reason in LONG_FUNCTIONS.values())
+
+
+def test_in_function_project_imports_are_listed(graph):
+    modules, _ = graph
+    found = inline_imports(modules)
+    reasoned, grandfathered = read_inline_imports()
+    missing_reason = sorted(e for e, why in reasoned.items() if not why)
+    assert not missing_reason, (f"{INLINE_IMPORTS_FILE.relative_to(ROOT)}: an entry above "
+                                "[grandfathered] states its reason after '#': " + ", ".join(
+                                    missing_reason))
+    assert len(grandfathered) <= GRANDFATHERED_INLINE_IMPORTS, (
+        f"{INLINE_IMPORTS_FILE.relative_to(ROOT)}: the [grandfathered] list only shrinks "
+        f"(at most {GRANDFATHERED_INLINE_IMPORTS}); list a new import above it with its reason")
+    listed = set(reasoned) | grandfathered
+    new = sorted(found - listed)
+    assert not new, ("project modules imported inside a function: move the import to the "
+                     "module's head, or list it above [grandfathered] in "
+                     f"{INLINE_IMPORTS_FILE.relative_to(ROOT)} with its reason (start-up time, "
+                     "an import cycle): " + "; ".join(new))
+    stale = sorted(listed - found)
+    assert not stale, (f"{INLINE_IMPORTS_FILE.relative_to(ROOT)} lists in-function imports that "
+                       "are gone, remove their lines: " + "; ".join(stale))
+
+
+def test_function_rules_find_what_they_look_for(tmp_path):
+    """Lengths leave the docstring out; in-function imports are found in the innermost
+    function, methods and nested functions named by their path, TYPE_CHECKING and module-level
+    imports left out; the allowlist's sections."""
+    pkg = tmp_path / "checks"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "gram.py").write_text("X = 1\n")
+    src = ("from typing import TYPE_CHECKING\nimport checks.gram\n"
+           "def f():\n    \"\"\"Doc\n    two lines.\"\"\"\n    from . import gram\n"
+           "    from .gram import X\n    def g():\n        import checks.gram\n"
+           "    return gram\n"
+           "class A:\n    def m(self):\n        if TYPE_CHECKING:\n            from checks import gram\n"
+           "        import os\n        return os\n")
+    (pkg / "mod.py").write_text(src)
+    modules = {"checks": pkg / "__init__.py", "checks.gram": pkg / "gram.py",
+               "checks.mod": pkg / "mod.py"}
+    assert inline_imports(modules) == {"checks.mod:f -> checks.gram",
+                                       "checks.mod:f.g -> checks.gram"}
+    lengths = function_lengths(modules)
+    assert lengths["checks.mod:f"] == 8 - 2 and lengths["checks.mod:A.m"] == 5
+    listing = tmp_path / "list.txt"
+    listing.write_text("# policy\na:f -> b  # start-up time\nc:g -> d\n[grandfathered]\n"
+                       "e:h -> i\n")
+    assert read_inline_imports(listing) == ({"a:f -> b": "start-up time", "c:g -> d": ""},
+                                            {"e:h -> i"})
 
 
 def test_the_checks_find_what_they_look_for():
@@ -372,3 +573,9 @@ if __name__ == "__main__":
         print(f"{n:5d}  {mods[m].relative_to(ROOT)}")
     for name, shared in shared_file_names(mods).items():
         print(f"{name}: {', '.join(shared)}")
+    long = sorted(((n, f) for f, n in function_lengths(mods).items() if n > MAX_FUNCTION_LINES),
+                  reverse=True)
+    print(f"{len(long)} functions over {MAX_FUNCTION_LINES} lines (docstring left out):")
+    for n, f in long:
+        print(f"{n:5d}  {f}")
+    print(f"{len(inline_imports(mods))} in-function project imports (module:function -> imported)")
