@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "tests" / "data" / "results_example.json"
 VIT = "control-vit_tiny_patch16_224"
 pytest_plugins = ["pytester"]
+# one xdist worker builds gate_env (a real --update-baseline run) once, not each worker its own
+pytestmark = pytest.mark.xdist_group("gate")
 
 
 @pytest.fixture

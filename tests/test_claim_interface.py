@@ -18,6 +18,8 @@ from claims import registry, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
+# one xdist worker builds toy_run (a real run of the toy claim) once, not each worker its own
+pytestmark = pytest.mark.xdist_group("toy-claim")
 
 #: The toy claim, as a user would write it: one test file (the spec, its per-layer computation,
 #: its rules, its record and its test). Normalised attention entropy per head, H(softmax(q·k

@@ -37,6 +37,9 @@ from fixtures.training import TrainConfig, build_model
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = numeric_env.cpu_info()
+# one xdist worker computes the module fixtures (the native and aten-default bases every setting
+# is compared with, the pinned training, the claim runs) once, not each worker its own
+pytestmark = pytest.mark.xdist_group("cpu-emulation")
 
 #: name → (environment, the CPU flag it needs or None)
 SETTINGS = {

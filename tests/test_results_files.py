@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "docs" / "results.schema.json").read_text())
 MODEL = "random-vit_tiny_patch16_224"
 pytest_plugins = ["pytester"]
+# one xdist worker builds small_run (a real run) once, not each worker its own
+pytestmark = pytest.mark.xdist_group("results-files")
 
 
 def _validator():
