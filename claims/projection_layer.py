@@ -10,65 +10,42 @@ import math
 
 import torch
 
+from checks.gram import KeyGram, standardize_tokens
+from checks.nulls import shuffled_token_null
+from checks.output_fit import kpca_output_fit
 from checks.stats import seed_from
 
 #: The per-token tensors of the layer terms [B, H, N_max] (method §3.7).
 TOKEN_TERMS = ("token_log_phi_sq", "token_h_sq", "token_fit_h_sq")
 
 
-# Called by the session through the claim's spec (claims/builtin.py): ``layer_metrics(ctx)`` with
-# a fixtures.engine.layer_context.LayerContext.
-def _output_fit_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                    convention: str, perm: torch.Tensor,
-                    v_hat: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """The output fit of one head: q, k, v [n, d], perm [n], ``v_hat`` [n, ≥ min(d, n)] (its
-    first min(d, n) columns are V̂; None: computed here); see :func:`output_fit_terms`."""
-    from checks.gram import KeyGram
-    from checks.nulls import shuffled_token_null
-    from checks.output_fit import kpca_output_fit
-
-    d = v.shape[-1]
-    top = min(d, k.shape[-2])
-    if v_hat is None:
-        v_hat = KeyGram(k, scale=scale, dtype=k.dtype, top=top).kpca_values(convention)
-    else:
-        v_hat = v_hat[..., :top]
-    probs = torch.softmax(scale * q @ k.transpose(-1, -2), dim=-1)
-    return kpca_output_fit(probs, v, v_hat, shuffled_token_null(v, perm))
-
-
 def output_fit_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                      convention: str, perm: torch.Tensor,
                      v_hat: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """The KPCA output fit of method §3.6 for a batch [b, h, n, d] of (already cast and
+    """The KPCA output fit of method §3.6 for a batch [..., n, d] of (already cast and
     standardised) queries, keys and values: V̂ of the keys, the attention probabilities, the fit
-    of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V.
+    of softmax·V̂ by softmax·V up to V·M + 1cᵀ, and its null with the token-shuffled V
+    (``perm`` [..., n], the null's token permutations).
 
-    Each (sample, head) is fitted on its own, from fresh contiguous copies of its q, k, v and
-    ``perm``, so that its numbers are the same bits whichever other heads share its batch (how
-    ``--max-memory`` chunks the heads, method §6.1). A batched fit would not be: MKL's BLAS and
-    LAPACK round differently for a matrix that does not start on a 16-byte boundary, and in a
-    batch of N×N matrices with odd N every second one does not (measured on all-MiniLM-L6-v2,
-    N = 79: V̂ from the batched eigh and softmax·V̂ of the odd heads differed in the last bits,
-    ‖h*‖² by up to 4e-14 relative, between 12 heads in one batch and one head alone).
+    The whole batch is solved in one batched call of each step, so a head's numbers depend on
+    the batch it shares only through round-off: MKL's LAPACK and BLAS round a matrix that does
+    not start on a 16-byte boundary differently, and in a batch of N×N matrices with odd N every
+    second one does not (method §6.1: ‖h*‖² moved by up to 4e-14 relative between 12 heads in one
+    batch and one head alone on all-MiniLM-L6-v2, N = 79). Solving each head on its own made
+    the bits independent of the batch but cost 1-3 ms of overhead per head, most of claim J's
+    trend over training checkpoints (21,600 heads per tiny ViT series).
 
-    ``v_hat`` [b, h, n, ≥ min(d, n)]: V̂ computed by the caller (a specification of the curve
-    takes it from claim V's grid, whose batched eigendecomposition it is: its bits then depend on
-    the batch, method §14.1); None: each head's own.
+    ``v_hat`` [..., n, ≥ min(d, n)]: V̂ computed by the caller (a specification of the curve
+    takes it from claim V's grid, method §14.1); its first min(d, n) columns are used. None: V̂
+    of the keys, computed here.
     """
-    lead = q.shape[:-2]
-    n_items = math.prod(lead)
-    if n_items == 0 or q.ndim == 2:
-        return _output_fit_one(q, k, v, scale, convention, perm, v_hat)
-    flat = [x.reshape(n_items, *x.shape[-2:]) for x in (q, k, v)] + [perm.reshape(n_items, -1)]
-    hats = None if v_hat is None else v_hat.reshape(n_items, *v_hat.shape[-2:])
-    fresh = torch.contiguous_format
-    items = [_output_fit_one(*(x[i].clone(memory_format=fresh) for x in flat[:3]), scale,
-                             convention, flat[3][i].clone(memory_format=fresh),
-                             None if hats is None else hats[i].clone(memory_format=fresh))
-             for i in range(n_items)]
-    return {name: torch.stack([item[name] for item in items]).reshape(*lead, *items[0][name].shape)
-            for name in items[0]}
+    top = min(v.shape[-1], k.shape[-2])
+    if v_hat is None:
+        v_hat = KeyGram(k, scale=scale, dtype=k.dtype, top=top).kpca_values(convention)
+    else:  # contiguous, as computed here: a grid's V̂ is a view of wider columns, and BLAS
+        v_hat = v_hat[..., :top].contiguous()  # rounds a strided operand differently
+    probs = torch.softmax(scale * q @ k.transpose(-1, -2), dim=-1)
+    return kpca_output_fit(probs, v, v_hat, shuffled_token_null(v, perm))
 
 
 def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
@@ -81,7 +58,6 @@ def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     ``fit=False``: without the output fit (``output_r2``, ``output_r2_null``,
     ``token_fit_h_sq``), for a run that reads J_proj's terms only. ``v_hat``: the fit's V̂ when
     the caller has it (:func:`output_fit_terms`)."""
-    from checks.gram import standardize_tokens
     from checks.projection import log_phi_sq_norm_p1_code, projection_terms_batched
 
     exact = projection_terms_batched(q, k, v, scale=scale, standardize=standardize, dtype=dtype)

@@ -129,10 +129,10 @@ def test_head_chunks_for_long_sequences_give_the_same_numbers(tmp_path):
     """When one sample's heads exceed --max-memory (long sequences), batches split the heads of
     one sample; claim V and J numbers and claim E's spectra do not depend on it beyond round-off.
     Claim J's agree within tests._helpers.cross_path_terms (1e-12 relative), NaN padding of the
-    per-token terms in the same places: its output fit is solved head by head
-    (claims.projection_layer.output_fit_terms), but its scores, exponentials and products run
-    batched, and under MKL's SSE4.2 path with CBWR a batch of 12 heads and one head alone differ
-    by up to 8 ulps (equal bits under the native dispatch here). V and E agree within 1e-9
+    per-token terms in the same places: every step runs batched (method §6.1), and under MKL's
+    SSE4.2 path with CBWR a batch of 12 heads and one head alone differ by up to 8 ulps, the
+    output fit's eigh of odd N by ~1e-16 (equal bits under the native dispatch here, for the
+    terms). V and E agree within 1e-9
     relative (batched eigensolvers: MKL rounds a misaligned matrix of the batch differently,
     ~1e-16)."""
     from fixtures.cache import Cache

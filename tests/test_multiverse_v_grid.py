@@ -236,9 +236,9 @@ def test_the_undetermined_flag_skips_lanczos_only_where_the_row_sum_bound_decide
 
 def test_a_specifications_claim_j_takes_v_hat_from_the_grid_with_the_same_bits_as_its_own():
     """A specification's claim J takes V̂ from claim V's grid (one batched eigendecomposition per
-    batch) instead of one per head: the same bits as computing that batched V̂ itself (a grid
+    batch) instead of its own: the same bits as computing that batched V̂ itself (a grid
     read back from the cache leaves none behind), each batch's V̂ taken out of the store, and
-    the per-head route's numbers to round-off."""
+    the claim tests' route's numbers to round-off."""
     from fixtures.engine.model_run import ModelRun
 
     def j_run(store):
@@ -263,7 +263,7 @@ def test_a_specifications_claim_j_takes_v_hat_from_the_grid_with_the_same_bits_a
                                    msg=name)
         torch.testing.assert_close(value, per_head[name], rtol=1e-9, atol=1e-12, equal_nan=True,
                                    msg=name)
-    assert ModelRun.v_hat_store is None  # the claim tests' runs: each head its own V̂
+    assert ModelRun.v_hat_store is None  # the claim tests' runs: the fit computes its own V̂
 
 
 @pytest.mark.parametrize("standardize", [False, True])
