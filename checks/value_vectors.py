@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from .metric_suite import metric_suite
+from .metric_suite import metric_suite, metric_suite_shuffled
 from .row_similarity import matched_cosine, matched_cosine_twin
 from .degenerate import effective_rows
 from .errors import check_finite
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs, kpca_values
-from .nulls import shuffled_token_null
 
 METRIC_NAMES = (
     "direct_cosine",
@@ -172,7 +171,7 @@ def value_vector_metrics_batched(
         if null_axes is not None:
             raise ValueError("give null_axes (random-basis null) or null_perm (token-shuffled "
                              "null), not both")
-        v_null = shuffled_token_null(v_hat, null_perm)  # method §2.3: ΠV̂
+        null_perm = null_perm.to(k.device)  # method §2.3: the null is ΠV̂ (metric_suite_shuffled)
     elif null_axes is None:
         a0 = random_orthonormal(n, m, null_seed, batch_shape, dtype=dtype).to(k.device)
     else:
@@ -181,10 +180,11 @@ def value_vector_metrics_batched(
             raise ValueError(f"null_axes must have shape {(*batch_shape, n, m)} (A₀), got {got}")
         a0 = null_axes.to(device=k.device, dtype=dtype)
         check_finite(a0, "null_axes")
-    if null_perm is None:
+    if null_perm is not None:  # ΠV̂'s operands are V̂'s with the tokens permuted
+        metrics, cos = metric_suite_shuffled(v, v_hat, null_perm, atol=atol, rtol=rtol)
+    else:
         v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # V̂₀ = G(I − 11ᵀ/N)A₀
-
-    metrics, cos = metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
+        metrics, cos = metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
     out = {}
     for name, both in metrics.items():
         both = both.to(v.dtype) if name == "allclose" else both
