@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.fingerprint import module_path  # a dotted name's file under the checkout
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 #: The project's top-level folders: a backticked word starting with one of them is a project name.
@@ -70,15 +72,6 @@ def project_words(span: str) -> list[str]:
         if _WORD_START.match(word):
             found.append(word)
     return found
-
-
-def module_path(dotted: str) -> Path | None:
-    """The file of a dotted module name, or None."""
-    base = ROOT.joinpath(*dotted.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
 
 
 @functools.cache
