@@ -122,12 +122,8 @@ class Attribution:
                 label, claim = spec.stage(args, kwargs)
             else:
                 label, claim = spec.stage, spec.claim
-            frame = self._enter(label, claim, spec.absorb, spec.shared)
-            c0, w0 = self._cpu_clock(), self._wall_clock()
-            try:
+            with self.stage(label, claim, spec.absorb, spec.shared):
                 return fn(*args, **kwargs)
-            finally:
-                self._leave(frame, self._cpu_clock() - c0, self._wall_clock() - w0)
         timed.__bench_wrapped__ = fn
         return timed
 
