@@ -21,8 +21,16 @@ from .atomic import atomic_write_text
 
 BASELINE_SCHEMA = "kpca-claims/baseline/2"
 #: The run options that must match for two runs to be comparable.
-OPTION_FIELDS = ("standardize", "axis_convention", "dtype", "n_samples_requested", "seed",
-                 "max_tokens", "rules")
+OPTION_FIELDS = ("standardize", "axis_convention", "dtype", "forward_dtype", "n_samples_requested",
+                 "seed", "max_tokens", "rules")
+#: Options a results.json or baseline written before they existed ran at: such a file is read as
+#: having this value (every capture's forward pass was float64 before ``--forward-dtype``).
+IMPLIED_OPTIONS = {"forward_dtype": "float64"}
+
+
+def with_implied_options(options: dict | None) -> dict:
+    """``options`` with :data:`IMPLIED_OPTIONS` filled in where a file predates them."""
+    return {**IMPLIED_OPTIONS, **(options or {})}
 
 
 class BaselineMismatch(ValueError):

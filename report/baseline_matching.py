@@ -6,7 +6,7 @@ checkpoint hash. Each failure is a :class:`~report.baseline.BaselineMismatch` na
 
 from __future__ import annotations
 
-from .baseline import OPTION_FIELDS, BaselineMismatch, judging_thresholds
+from .baseline import OPTION_FIELDS, BaselineMismatch, judging_thresholds, with_implied_options
 
 _ARCH_FIELDS = ("arch", "family", "n_layers", "n_heads", "head_dim")
 
@@ -103,6 +103,7 @@ def check_same_checkpoint(cand: str, cand_hash, base: str, base_hash, origin: st
 
 
 def check_options(now: dict, then: dict) -> None:
+    now, then = with_implied_options(now), with_implied_options(then)
     for k in (k for k in OPTION_FIELDS if k in now or k in then):
         if now.get(k) != then.get(k):
             raise BaselineMismatch(f"the option {k} differs: {then.get(k)!r} in the baseline, "

@@ -31,6 +31,7 @@ from pathlib import Path
 from checks._validation import printable
 
 from .atomic import atomic_write_text
+from .baseline import with_implied_options
 from .tolerances import (ROUND_OFF_FACTOR, TOLERANCES, kind_of, metric_of, rel_diff,
                          round_off_widths)
 
@@ -158,7 +159,8 @@ def compare(run: dict, ref: dict) -> Diff:
     """The differences of ``run`` against ``ref`` (see the module docstring)."""
     d = Diff()
     # --- comparable at all?
-    opt_run, opt_ref = run.get("options") or {}, ref.get("options") or {}
+    opt_run = with_implied_options(run.get("options"))
+    opt_ref = with_implied_options(ref.get("options"))
     d.not_comparable += [f"option {line.strip()}" for line in
                          _compare_dicts(opt_ref, opt_run, "", skip=FREE_OPTIONS)]
     models_run, models_ref = run.get("models") or {}, ref.get("models") or {}
@@ -206,6 +208,9 @@ def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> None:
                           for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
         fallback = f"{ref.get('verdict')} → {run.get('verdict')}"
         d.verdicts.append(f"{rid}: {moved or fallback}")
+    if "options" in run or "options" in ref:  # a record's options as the run's: defaults implied
+        run = {**run, "options": with_implied_options(run.get("options"))}
+        ref = {**ref, "options": with_implied_options(ref.get("options"))}
     a, b = leaves(run), leaves(ref)
     widths = round_off_widths(run, ref)  # method §13.2: numbers round-off moves, and how far
     group = d.worst.setdefault((run.get("claim"), run.get("model")), {})

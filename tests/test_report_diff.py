@@ -126,6 +126,27 @@ def test_device_alone_does_not_make_runs_incomparable():
     assert diff.compare(run, _results()).status == diff.REPRODUCES
 
 
+def test_a_reference_older_than_an_option_reads_as_its_default():
+    """A reference written before --forward-dtype existed ran its forward pass in float64: a
+    float64 run reproduces it, a bfloat16 run is not comparable, whichever side is older; the
+    records' own options likewise; and a baseline likewise (report/baseline.IMPLIED_OPTIONS)."""
+    from report.baseline import BaselineMismatch
+    from report.baseline_matching import check_options
+
+    old = _results()
+    old["records"][0]["options"] = {"dtype": "float64"}
+    for forward, status in (("float64", diff.REPRODUCES), ("bfloat16", diff.NOT_COMPARABLE)):
+        new = copy.deepcopy(old)
+        new["options"]["forward_dtype"] = forward
+        new["records"][0]["options"]["forward_dtype"] = forward
+        assert diff.compare(new, old).status == diff.compare(old, new).status == status
+    assert diff.compare(new, old).not_comparable == ["option forward_dtype: float64 → bfloat16"]
+    check_options({"dtype": "float64", "forward_dtype": "float64"}, {"dtype": "float64"})
+    with pytest.raises(BaselineMismatch, match="the option forward_dtype differs: 'float64' in "
+                                               "the baseline, 'bfloat16' in this run"):
+        check_options({"dtype": "float64", "forward_dtype": "bfloat16"}, {"dtype": "float64"})
+
+
 def test_kinds_and_tolerances_are_declared_once():
     assert kind_of("metrics.optimal_cosine", 0.3) == "judged"
     assert kind_of("ci.optimal_cosine[0]", 0.3) == "interval"
