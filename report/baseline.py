@@ -33,6 +33,13 @@ def with_implied_options(options: dict | None) -> dict:
     return {**IMPLIED_OPTIONS, **(options or {})}
 
 
+def implied_record(record: dict) -> dict:
+    """A record whose ``options`` (when it has them) have :data:`IMPLIED_OPTIONS` filled in."""
+    if "options" not in record:
+        return record
+    return {**record, "options": with_implied_options(record["options"])}
+
+
 class BaselineMismatch(ValueError):
     """The baseline was made for other checkpoints, inputs, options, thresholds or claims."""
 

@@ -31,9 +31,8 @@ from pathlib import Path
 from checks._validation import printable
 
 from .atomic import atomic_write_text
-from .baseline import with_implied_options
-from .tolerances import (ROUND_OFF_FACTOR, TOLERANCES, kind_of, metric_of, rel_diff,
-                         round_off_widths)
+from .baseline import implied_record, with_implied_options
+from .tolerances import ROUND_OFF_FACTOR, TOLERANCES, kind_of, metric_of, rel_diff, round_off_widths
 
 REPRODUCES, CHANGED, NOT_COMPARABLE, BAD_INPUT = 0, 6, 4, 2
 
@@ -159,8 +158,7 @@ def compare(run: dict, ref: dict) -> Diff:
     """The differences of ``run`` against ``ref`` (see the module docstring)."""
     d = Diff()
     # --- comparable at all?
-    opt_run = with_implied_options(run.get("options"))
-    opt_ref = with_implied_options(ref.get("options"))
+    opt_run, opt_ref = (with_implied_options(r.get("options")) for r in (run, ref))
     d.not_comparable += [f"option {line.strip()}" for line in
                          _compare_dicts(opt_ref, opt_run, "", skip=FREE_OPTIONS)]
     models_run, models_ref = run.get("models") or {}, ref.get("models") or {}
@@ -208,10 +206,7 @@ def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> None:
                           for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
         fallback = f"{ref.get('verdict')} → {run.get('verdict')}"
         d.verdicts.append(f"{rid}: {moved or fallback}")
-    if "options" in run or "options" in ref:  # a record's options as the run's: defaults implied
-        run = {**run, "options": with_implied_options(run.get("options"))}
-        ref = {**ref, "options": with_implied_options(ref.get("options"))}
-    a, b = leaves(run), leaves(ref)
+    a, b = leaves(implied_record(run)), leaves(implied_record(ref))
     widths = round_off_widths(run, ref)  # method §13.2: numbers round-off moves, and how far
     group = d.worst.setdefault((run.get("claim"), run.get("model")), {})
     for path in sorted(set(a) | set(b)):
