@@ -23,6 +23,8 @@ BASELINE_SCHEMA = "kpca-claims/baseline/2"
 #: The run options that must match for two runs to be comparable.
 OPTION_FIELDS = ("standardize", "axis_convention", "dtype", "forward_dtype", "n_samples_requested",
                  "seed", "max_tokens", "rules")
+#: Options that may differ between comparable runs (they do not change a number by design).
+FREE_OPTIONS = ("device", "device_map")
 #: Options a results.json or baseline written before they existed ran at: such a file is read as
 #: having this value (every capture's forward pass was float64 before ``--forward-dtype``).
 IMPLIED_OPTIONS = {"forward_dtype": "float64"}
@@ -34,10 +36,12 @@ def with_implied_options(options: dict | None) -> dict:
 
 
 def implied_record(record: dict) -> dict:
-    """A record whose ``options`` (when it has them) have :data:`IMPLIED_OPTIONS` filled in."""
+    """A record as compared: its ``options`` (when it has them) with :data:`IMPLIED_OPTIONS`
+    filled in and without :data:`FREE_OPTIONS`."""
     if "options" not in record:
         return record
-    return {**record, "options": with_implied_options(record["options"])}
+    options = with_implied_options(record["options"])
+    return {**record, "options": {k: v for k, v in options.items() if k not in FREE_OPTIONS}}
 
 
 class BaselineMismatch(ValueError):

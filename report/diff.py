@@ -31,13 +31,11 @@ from pathlib import Path
 from checks._validation import printable
 
 from .atomic import atomic_write_text
-from .baseline import implied_record, with_implied_options
+from .baseline import FREE_OPTIONS, implied_record, with_implied_options
 from .tolerances import ROUND_OFF_FACTOR, TOLERANCES, kind_of, metric_of, rel_diff, round_off_widths
 
 REPRODUCES, CHANGED, NOT_COMPARABLE, BAD_INPUT = 0, 6, 4, 2
 
-#: Options that may differ between comparable runs (they do not change a number by design).
-FREE_OPTIONS = ("device",)
 #: Model fields that must agree: which weights, which inputs.
 MODEL_IDENTITY = ("checkpoint_hash", "input_set.hash", "input_set.tensor_hash")
 #: Record fields holding file paths: compared by file name (the cache folder differs per user).

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import fixtures  # noqa: F401  (torchvision shim before transformers)
+import transformers
 from fixtures.models import families, loading
 from fixtures.models.capture import FORWARD_DTYPES, capture_qkv, forward_precision
 from tests.test_capture import hf_spec, images, text_batch, vit_spec
@@ -118,3 +119,73 @@ def test_a_claim_run_records_the_forward_precision(pytester, tmp_path):
     assert results["options"]["forward_dtype"] == "bfloat16"
     assert results["records"] and all(r["options"]["forward_dtype"] == "bfloat16"
                                       for r in results["records"])
+
+
+# --- --device-map: transformers places a hub model over the devices ----------------------------
+
+def _llama_folder_spec(tmp_path: Path):
+    """A save_pretrained Llama folder (config and weights) read as a hub model, as a user's
+    downloaded checkpoint is."""
+    from dataclasses import replace
+
+    config = CONFIGS["llama"]()
+    folder = tmp_path / "llama-hub"
+    model = transformers.AutoModel.from_config(config)
+    model.save_pretrained(folder)
+    return replace(_spec(folder, config), source="hub", key="tiny-llama-hub")
+
+
+def test_a_placed_model_captures_what_the_unplaced_one_does(tmp_path, monkeypatch):
+    spec = _llama_folder_spec(tmp_path)
+    batch = text_batch([9, 6, 3], vocab=64)
+    plain = loading.load_model(spec)
+    asked = []
+    original = transformers.AutoModel.from_pretrained
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained",
+                        lambda *a, **kw: asked.append(kw.get("device_map")) or original(*a, **kw))
+    # on one device transformers puts every weight there (hooks only across several devices)
+    placed = loading.load_model(spec, placement={"device_map": "auto"})
+    assert asked == ["auto"] and placed.checkpoint_hash == plain.checkpoint_hash
+    for forward in (torch.float64, torch.bfloat16):
+        a = capture_qkv(plain, batch, forward_dtype=forward)
+        b = capture_qkv(placed, batch, forward_dtype=forward)
+        for part in ("q", "k", "v"):
+            torch.testing.assert_close(b[part], a[part], rtol=1e-6, atol=0)
+    # a reduced forward precision: loaded in it, so the weights are never held wider
+    narrow = loading.load_model(spec, placement={"device_map": "auto", "dtype": torch.bfloat16})
+    assert {p.dtype for p in narrow.model.parameters()} == {torch.bfloat16}
+    got = capture_qkv(narrow, batch, forward_dtype=torch.bfloat16)
+    torch.testing.assert_close(got["k"], capture_qkv(plain, batch, forward_dtype=torch.bfloat16)["k"],
+                               rtol=1e-6, atol=0)
+
+
+def test_offloaded_weights_in_another_precision_are_refused_in_one_sentence():
+    layer = torch.nn.Linear(4, 4, device="meta")  # what a device map leaves for offloaded weights
+    with pytest.raises(NotImplementedError, match=r"^the device map offloaded weights stored in "
+                       r"torch.float32 .* give --forward-dtype float32, or more devices$"):
+        with forward_precision(layer, torch.float64):
+            pass
+    with forward_precision(layer, torch.float32):  # the weights' own precision: nothing to convert
+        pass
+
+
+def test_device_map_for_a_model_transformers_does_not_load_is_a_usage_error(pytester, tmp_path):
+    from tests.test_decoders import usage_error
+
+    line = usage_error(_claims(pytester, tmp_path, "--models", "control-vit_tiny_patch16_224",
+                               "--device-map", "auto"), tmp_path)
+    assert line == ("ERROR: --device-map places a model that transformers' from_pretrained loads "
+                    "(a hub or package model of an HF family); control-vit_tiny_patch16_224 is a "
+                    "random model of family timm-vit: drop --device-map for it")
+
+
+def test_a_claim_run_with_a_device_map(pytester, tmp_path):
+    """MiniLM (a package model of the BERT family) placed by accelerate, as a user runs it."""
+    result = _claims(pytester, tmp_path, "--models", "all-MiniLM-L6-v2", "--layers", "0",
+                     "--heads", "0", "--n-samples", "3", "--threads", "1", "--device-map", "auto",
+                     "-k", "test_value_vectors and not model", "--report", "none")
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["options"]["device_map"] == "auto"
+    assert [r["test_id"] for r in results["records"]] == [
+        "test_value_vectors[all-MiniLM-L6-v2-L00-H0]"]

@@ -121,9 +121,14 @@ def test_other_weights_options_or_selection_are_not_comparable(change, named):
 
 
 def test_device_alone_does_not_make_runs_incomparable():
-    run = _results()
-    run["options"]["device"] = "cuda"
-    assert diff.compare(run, _results()).status == diff.REPRODUCES
+    """Nor the device map; in the run's options or in each record's."""
+    run, ref = _results(), _results()
+    ref["records"][0]["options"] = {"device": "cpu", "dtype": "float64"}
+    run["records"][0]["options"] = {"device": "cuda", "device_map": "auto", "dtype": "float64"}
+    run["options"].update(device="cuda", device_map="auto")
+    assert diff.compare(run, ref).status == diff.REPRODUCES
+    run["records"][0]["options"]["dtype"] = "float32"  # a record's other options still count
+    assert diff.compare(run, ref).status == diff.CHANGED
 
 
 def test_a_reference_older_than_an_option_reads_as_its_default():
