@@ -189,3 +189,56 @@ def test_a_claim_run_with_a_device_map(pytester, tmp_path):
     assert results["options"]["device_map"] == "auto"
     assert [r["test_id"] for r in results["records"]] == [
         "test_value_vectors[all-MiniLM-L6-v2-L00-H0]"]
+
+
+# --- --layers: only the layers a run reads are captured -----------------------------------------
+
+def test_the_forward_pass_stops_after_the_last_wanted_layer(tmp_path):
+    from fixtures.models.capture_batches import capture_to_layer_files
+
+    for name, loaded, batch in _cases(tmp_path):
+        attns = families.get(loaded.family).attention_modules(loaded.model)
+        ran = []
+        handles = [a.register_forward_hook(lambda *_args, i=i: ran.append(i))
+                   for i, a in enumerate(attns)]
+        try:
+            meta = capture_to_layer_files(loaded, [batch], tmp_path / name, layers=[0])
+        finally:
+            for h in handles:
+                h.remove()
+        assert ran == [] or ran == [0], name  # layer 0's hook may not even return; 1.. never run
+        assert meta["layers"] == (0,) and meta["n_layers"] == 1
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["layer_00.safetensors"]
+
+
+def _capture_entries(cache: Path) -> dict[str, list[str]]:
+    """Each capture entry of the cache → the layer files it holds."""
+    return {entry.name: sorted(p.name for p in entry.glob("layer_*.safetensors"))
+            for entry in (cache / "capture").iterdir() if entry.is_dir()}
+
+
+def test_a_run_captures_only_its_layers_and_reuses_a_whole_capture(pytester, tmp_path):
+    folder = _folder(tmp_path, CONFIGS["llama"]())
+    args = ("--checkpoint", str(folder / "model.safetensors"), "--arch", str(folder),
+            "--n-samples", "3", "--threads", "1", "--max-tokens", "16", "-k", "value_vectors",
+            "--report", "none")
+
+    def run(*more):
+        result = _claims(pytester, tmp_path, *args, *more)
+        assert result.ret in (0, 1), result.stdout.str()[-3000:]
+        return json.loads((tmp_path / "out" / "results.json").read_text())
+
+    first = run("--layers", "0")
+    assert list(_capture_entries(tmp_path / "cache").values()) == [["layer_00.safetensors"]]
+    whole = run()
+    entries = _capture_entries(tmp_path / "cache")
+    assert sorted(entries.values()) == [["layer_00.safetensors"],
+                                        ["layer_00.safetensors", "layer_01.safetensors"]]
+    again = run("--layers", "1")  # read from the whole capture: no new entry
+    assert _capture_entries(tmp_path / "cache") == entries
+    heads = [r for r in first["records"] if r["level"] == "head"]
+    assert heads
+    for rec in heads:  # the same numbers from one layer's capture and the whole one
+        twin = next(r for r in whole["records"] if r["test_id"] == rec["test_id"])
+        assert twin["metrics"] == pytest.approx(rec["metrics"], rel=1e-12, abs=1e-15)
+    assert {r["layer"] for r in again["records"] if r["level"] == "head"} == {1}

@@ -193,7 +193,8 @@ def test_sigkill_mid_capture_and_mid_metrics_leaves_nothing_trusted(workdir, ref
     assert code == -signal.SIGKILL
     assert entries(cache) == {}  # nothing committed ...
     (half,) = temporaries(cache)  # ... although the capture's files were all written
-    assert half.parent.name == "capture" and (half / "layer_11.safetensors").exists()
+    assert half.parent.name == "capture"  # the run's one layer (--layers 0) was written
+    assert sorted(p.name for p in half.glob("layer_*")) == ["layer_00.safetensors"]
     assert not (half / "entry.json").exists()
     assert (out / "results.json").read_bytes() == reference["bytes"]
     assert [p.name for p in out.iterdir()] == ["results.json"]  # no partial or temporary file
@@ -405,12 +406,14 @@ def test_a_full_small_disk_stops_at_startup(workdir, tmp_path, small_disk, optio
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [["--threads", "1"], ["-n", "2"]], ids=["serial", "xdist"])
 def test_disk_full_midway_is_a_fault_not_a_verdict(workdir, tmp_path, small_disk, workers):
-    """The cache disk fills up during the capture (65 MiB, 16 samples need more): exit 7, one
-    paragraph naming the fault and where, no traceback, and results.json says complete: false
-    with the error, every test under not_run."""
+    """The cache disk fills up during the capture (65 MiB, 16 samples of 12 layers need more; a
+    run captures only its --layers, so all are asked for): exit 7, one paragraph naming the fault
+    and where, no traceback, and results.json says complete: false with the error, every test
+    under not_run."""
     disk = small_disk("65m")
     out = tmp_path / "out"
-    done = _claims_exit(workdir, out, disk / "cache", "--n-samples", "16", *workers)
+    done = _claims_exit(workdir, out, disk / "cache", "--n-samples", "16", "--layers", "0-11",
+                        *workers)
     assert done.returncode == 7, (done.stdout[-3000:], done.stderr[-3000:])
     assert "Traceback" not in done.stdout + done.stderr
     (paragraph,) = [line for line in done.stdout.splitlines() if line.startswith("FAULT")]
@@ -419,7 +422,8 @@ def test_disk_full_midway_is_a_fault_not_a_verdict(workdir, tmp_path, small_disk
     assert f"free space on the disk of the cache folder {disk / 'cache'}" in paragraph
     partial = results(out)
     assert partial["complete"] is False and partial["exit_status"] == 7
-    assert partial["records"] == [] and len(partial["not_run"]) == 6
+    # every test not run: V, γ and J of each of the 12 layers, and the 3 model-level tests
+    assert partial["records"] == [] and len(partial["not_run"]) == 12 * 3 + 3
     assert partial["errors"][0]["kind"] == "environment"
 
 
