@@ -242,3 +242,25 @@ def test_a_run_captures_only_its_layers_and_reuses_a_whole_capture(pytester, tmp
         twin = next(r for r in whole["records"] if r["test_id"] == rec["test_id"])
         assert twin["metrics"] == pytest.approx(rec["metrics"], rel=1e-12, abs=1e-15)
     assert {r["layer"] for r in again["records"] if r["level"] == "head"} == {1}
+
+
+def test_grouped_query_keys_and_values_are_stored_once_per_kv_head(tmp_path):
+    from safetensors.torch import load_file
+
+    from fixtures.models.capture_batches import (capture_in_batches, capture_to_layer_files,
+                                                 repeat_kv_heads)
+
+    loaded = _llama(tmp_path)  # 4 query heads over 2 KV heads
+    assert loaded.spec.n_rep == 2
+    batch = text_batch([9, 6, 3], vocab=64)
+    whole = capture_in_batches(loaded, [batch])
+    meta = capture_to_layer_files(loaded, [batch], tmp_path / "files", kv_repeat=2)
+    assert meta["kv_repeat"] == 2
+    for layer in range(2):
+        got = load_file(str(tmp_path / "files" / f"layer_{layer:02d}.safetensors"))
+        assert got["q"].shape[1] == 4 and got["k"].shape[1] == got["v"].shape[1] == 2
+        for name in ("q", "k", "v"):
+            torch.testing.assert_close(repeat_kv_heads(got[name], 1 if name == "q" else 2),
+                                       whole[name][layer], rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="layer 0: k and v are not 4 copies of each key/value head"):
+        capture_to_layer_files(loaded, [batch], tmp_path / "wrong", kv_repeat=4)
