@@ -113,7 +113,9 @@ def measure(route: str, n_layers: int, shape: Shape) -> dict:
         seconds = time.perf_counter() - t0
         peak_kib = _status_kib("VmHWM")
     assert meta["n_layers"] == n_layers and meta["n_samples"] == shape.samples
-    qkv_layer = 3 * shape.samples * shape.heads * shape.tokens * (shape.hidden // shape.heads) * 4
+    # float32 q per query head, k and v per KV head (as the layer files hold them)
+    qkv_layer = (shape.heads + 2 * shape.kv_heads) * shape.samples * shape.tokens * \
+        (shape.hidden // shape.heads) * 4
     return {"route": route, "layers": n_layers, "weights_bytes": weights,
             "float64_copy_bytes": 2 * weights, "qkv_bytes_per_layer": qkv_layer,
             "loaded_bytes": loaded_kib * 1024, "peak_bytes": peak_kib * 1024,
@@ -167,7 +169,7 @@ def table(results: dict) -> str:
              f"{s['samples']} texts of {s['tokens']} tokens in batches of {s['batch']}. MB = 2^20 "
              "bytes; *growth* = peak resident size during the capture less the size after "
              "loading; *own* = growth less the model's float64 copy for the forward pass.", "",
-             "| layers | weights (float32) | q, k, v of one layer, all texts | streamed growth (own) "
+             "| layers | weights (float32) | one layer's file (q, k, v of all texts) | streamed growth (own) "
              "| held growth (own) | held / streamed, own |", "|---|---|---|---|---|---|"]
     for n in depths:
         a, b = by[(n, "streamed")], by[(n, "held")]

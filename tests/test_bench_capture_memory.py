@@ -43,7 +43,8 @@ def test_one_measurement_and_the_table():
     assert row["layers"] == 2 and row["route"] == "streamed"
     assert row["peak_bytes"] >= row["loaded_bytes"] > 0
     assert row["growth_bytes"] == row["peak_bytes"] - row["loaded_bytes"]
-    assert row["qkv_bytes_per_layer"] == 3 * 4 * 4 * 8 * 8 * 4  # 3 × samples·heads·tokens·d × 4 B
+    # (4 query heads + 2 × 2 KV heads) × samples·tokens·d × 4 B
+    assert row["qkv_bytes_per_layer"] == (4 + 2 * 2) * 4 * 8 * 8 * 4
     mb = 2 ** 20
     rows = [dict(row, layers=n, route=r, growth_bytes=g * mb, float64_copy_bytes=mb)
             for n, r, g in ((4, "streamed", 11), (4, "held", 21), (8, "streamed", 11), (8, "held", 41))]
