@@ -148,17 +148,36 @@ def with_ci(value, rec: Record | None, name: str, key: str = "ci") -> str:
     return fmt(value)
 
 
-def head_matrix(records: list[Record], layers: list[int], heads: list[int], value_fn):
-    """``value_fn(record)`` placed at (layer, head); None where there is no record."""
-    at = {(r.layer, r.head): r for r in records}
+def head_column(record: Record):
+    """The heatmap column of a head record: ``KVy`` for a record judged per KV head of a
+    grouped-query model (its ``kv_head``, method §5.7), else its query head."""
+    kv = record.get("kv_head")
+    return record.head if kv is None else f"KV{kv}"
+
+
+def head_columns(records: list[Record], heads: list) -> tuple[list, str]:
+    """(columns, axis title) of a claim's layer × head heatmap: on a grouped-query model, the KV
+    heads its records are judged on (``KV0``, ``KV1``, ...), each drawn once, never once per query
+    head of its group; otherwise ``heads``, the query heads."""
+    kv = sorted({r.get("kv_head") for r in records if r.get("kv_head") is not None})
+    return ([f"KV{k}" for k in kv], "KV head") if kv else (heads, "head")
+
+
+def head_matrix(records: list[Record], layers: list[int], heads: list, value_fn):
+    """``value_fn(record)`` placed at (layer, column), the column its :func:`head_column`; None
+    where there is no record."""
+    at = {(r.layer, head_column(r)): r for r in records}
     return [[value_fn(at[(lay, h)]) if (lay, h) in at else None for h in heads] for lay in layers]
 
 
-def tooltips(records: list[Record], layers: list[int], heads: list[int], text_fn) -> list[list]:
+def tooltips(records: list[Record], layers: list[int], heads: list, text_fn) -> list[list]:
     """A heatmap's hover texts: ``text_fn(record)`` with the head and its verdict at (layer,
     head), "" where there is no record (the model is the heatmap's own, so it is not repeated)."""
-    tips = head_matrix(records, layers, heads,
-                       lambda r: f"layer {r.layer} head {r.head}: {text_fn(r)}; {r.verdict}")
+    def tip(r):
+        kv = r.get("kv_head")
+        head = f"head {r.head}" if kv is None else f"KV head {kv}"
+        return f"layer {r.layer} {head}: {text_fn(r)}; {r.verdict}"
+    tips = head_matrix(records, layers, heads, tip)
     return [[t or "" for t in row] for row in tips]
 
 

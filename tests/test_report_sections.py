@@ -167,3 +167,37 @@ def test_the_report_declares_no_claim_of_its_own():
         for literal in ('("V", "J", "E")', "CLAIM_INFO", "TEST_FILE_CLAIMS", "P2_LOGS_",
                         '"log_raw", "log_standardized"', "2.35, 3.63", "Value vectors are the"):
             assert literal not in text, f"{path.relative_to(ROOT)} re-declares {literal}"
+
+
+def _gqa_results() -> dict:
+    """The example results with MiniLM's claim-V and claim-E head records relabelled as a
+    grouped-query model's: KV heads 0, 1, 2 of 4 query heads each, judged on the group's first
+    query head (records at heads 0, 4, 8 with ``kv_head`` 0, 1, 2, as the claim tests write
+    them, method §5.7)."""
+    results = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    results["models"][MINI]["n_kv_heads"] = 3
+    for rec in results["records"]:
+        if rec["model"] == MINI and rec["claim"] in ("V", "E") and rec["level"] == "head":
+            rec["kv_head"], rec["head"] = rec["head"], rec["head"] * 4
+    return results
+
+
+def test_kv_head_claims_are_drawn_once_per_kv_head_with_kv_labels():
+    """Claims V and E judged per KV head: one heatmap column per KV head labelled KV0..KV2 (not
+    twelve query-head columns with the KV results among them); claim J keeps query heads."""
+    from report.sections import claim_e_section, claim_j_section, claim_v_section
+
+    results = _gqa_results()
+    index = Index(results)
+    for module, claim in ((claim_v_section, "V"), (claim_e_section, "E")):
+        block = module.model_block(results, index, MINI, registry.get(claim))
+        svg = str(block["heatmap"] if claim == "V" else block["panels"][0]["svg"])
+        labels = re.findall(r'<text x="[^"]+" y="\d+">([^<]+)</text>', svg)
+        assert labels[:3] == ["KV0", "KV1", "KV2"] and not {"4", "8"} & set(labels), labels
+        assert ">KV head</text>" in svg
+        assert "KV head 1" in svg and "head 4:" not in svg
+        assert "<th scope=\"col\" class=\"num\">KV2</th>" in str(block["values_table"])
+        assert "<th scope=\"col\" class=\"num\">3</th>" not in str(block["values_table"])
+    j = claim_j_section.context(results, index, registry.get("J"))
+    svg = next(str(b["heatmap"]) for b in j["blocks"] if b["model"] == MINI and b["heatmap"])
+    assert "KV" not in svg and ">head</text>" in svg  # claim J stays per query head

@@ -8,8 +8,8 @@ from markupsafe import Markup
 
 from claims.names import E_ROUTES, E_STATISTICS
 
-from ..common import (LETTERS, count, fmt, head_matrix, median, round_off_note, rules_text, slug,
-                      tooltips, with_ci)
+from ..common import (LETTERS, count, fmt, head_columns, head_matrix, median, round_off_note,
+                      rules_text, slug, tooltips, with_ci)
 from ..svg_colour import colour_bar, decade_scale, scale_ticks
 from ..svg_heatmap import fit_cells, heatmap, values_grid
 from ..svg_primitives import Tick
@@ -28,6 +28,7 @@ def mean_std(stat) -> tuple[str, str]:
 
 def _panels(index, model: str, head_recs: list, sid: str):
     layers, heads = index.layers_heads(model)
+    heads, head_title = head_columns(head_recs, heads)  # KV0.. per KV head (method §5.7)
     everything = [r.metric(k) for r in head_recs for k, _ in CONTROLS]
     scale = decade_scale(everything, label="relative γ spread (log scale)")
     cell = fit_cells(len(layers), len(heads), panels=3)
@@ -47,7 +48,7 @@ def _panels(index, model: str, head_recs: list, sid: str):
         panels.append({"label": label, "svg": Markup(heatmap(
             values, layers, heads, scale,
             f"heatmap-E-{sid}" if key == "learned" else f"heatmap-E-{key}-{sid}",
-            marks=marks, tooltips=tips, cell=cell, title=label))})
+            marks=marks, tooltips=tips, cell=cell, title=label, col_title=head_title))})
     ticks = scale_ticks(scale)
     for key, label in CONTROLS:
         med = median([r.metric(key) for r in head_recs])
@@ -60,6 +61,7 @@ def _panels(index, model: str, head_recs: list, sid: str):
         head_matrix(head_recs, layers, heads, lambda r: " / ".join(
             fmt(r.metric(k)) for k, _ in CONTROLS) + f" {LETTERS[r.verdict]}"),
         layers, heads, f"values-E-{sid}", f"Values of the claim-E heatmaps of {model} as a table",
+        col_title=head_title,
         note="relative γ spread: " + " / ".join(k for k, _ in CONTROLS)
              + ", then the head's verdict letter"))
     return panels, legend, values_table

@@ -9,7 +9,7 @@ from markupsafe import Markup
 from claims.names import V_METRICS, V_P2_CODE_METRICS
 from claims.records import Record
 
-from ..common import (LETTERS, count, fmt, head_matrix, mean, range_text, round_off_note,
+from ..common import (LETTERS, count, fmt, head_columns, head_matrix, mean, range_text, round_off_note,
                       rule_marks, rules_text, slug, tooltips, with_ci)
 from ..svg_colour import ColourScale, colour_bar, scale_ticks
 from ..svg_heatmap import fit_cells, heatmap, values_grid
@@ -51,6 +51,7 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
         return None
     thresholds = results["thresholds"]
     layers, heads = index.layers_heads(model)
+    heads, head_title = head_columns(heads_recs, heads)  # KV0.. per KV head (method §5.7)
     sid = slug(model)
     values = head_matrix(heads_recs, layers, heads, lambda r: r.metric("optimal_cosine"))
     marks = head_matrix(heads_recs, layers, heads, lambda r: LETTERS[r.verdict])
@@ -80,7 +81,8 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
     return {
         "model": model, "id": f"heatmap-V-{sid}",
         "heatmap": Markup(heatmap(values, layers, heads, scale, f"heatmap-V-{sid}",
-                                  marks=marks, tooltips=tips, cell=cell)),
+                                  marks=marks, tooltips=tips, cell=cell,
+                                  col_title=head_title)),
         "legend": Markup(colour_bar(scale, f"legend-V-{sid}", ticks,
                                     note="white cell: no record for that head")),
         "null_mean": fmt(null_mean), "null_range": range_text(nulls),
@@ -94,6 +96,7 @@ def model_block(results: dict, index, model: str, spec) -> dict | None:
                 f"{fmt(r.metric('optimal_cosine'))} {LETTERS[r.verdict]} "
                 f"(null {fmt(r.lookup('null', 'optimal_cosine'))})")),
             layers, heads, f"values-V-{sid}", f"Values of the claim-V heatmap of {model} as a table",
+            col_title=head_title,
             note="optimal cosine, the head's verdict letter, and its null (chance) level")),
         "undetermined_reason": next((r.reason for r in heads_recs
                                      if r.verdict == "undetermined" and r.reason), None),
