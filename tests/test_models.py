@@ -58,7 +58,7 @@ def test_groups_hold_the_papers_models():
     ladder = [s.key for s in resolve_models(["controls"])]
     assert ladder[0] == "kpca-oracle" and len(ladder) == 18  # the control ladder (method §12, §12.4)
     assert [s.key for s in resolve_models(["default"])] == [
-        "all-MiniLM-L6-v2", "control-vit_tiny_patch16_224", "control-bert-minilm-shape",
+        "smollm2-135m-instruct-q4", "all-MiniLM-L6-v2", "control-vit_tiny_patch16_224", "control-bert-minilm-shape",
         "tiny-vit-digits-softmax", "tiny-vit-digits-p1-standardized", *ladder]
     vision = resolve_models(["paper-vision"])
     text = resolve_models(["paper-text"])
@@ -68,7 +68,7 @@ def test_groups_hold_the_papers_models():
                                       "sentence-transformers/all-MiniLM-L6-v2"}
     assert resolve_models(["paper"]) == vision + text
     assert all(s.source == "hub" for s in vision + text)
-    assert [s.control for s in resolve_models("default")] == [False, True, True, False, False] \
+    assert [s.control for s in resolve_models("default")] == [False, False, True, True, False, False] \
         + [True] * len(ladder)
     assert {s.source for s in resolve_models("default")} == {"package", "random", "trained"}
 
