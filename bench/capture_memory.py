@@ -37,7 +37,10 @@ import transformers
 from fixtures.models import capture_batches, loading
 from fixtures.models.catalogue import ModelSpec
 
-from .timing import ROOT, cpu_model, set_threads
+from fixtures.engine.memory import resident_bytes
+
+from .table import replace_block
+from .timing import ROOT, cpu_model, provenance, set_threads
 
 OUT = ROOT / "bench" / "capture_memory.json"
 DOC = ROOT / "docs" / "performance.md"
@@ -62,11 +65,12 @@ class Shape:
 QUICK = Shape(hidden=64, heads=4, kv_heads=2, tokens=32, samples=8, batch=4, vocab=128)
 
 
-def _status_kib(field: str) -> int:
+def _peak_kib() -> int:
+    """The process's peak resident size since the last reset (``VmHWM``), in KiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
+        if line.startswith("VmHWM:"):
             return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
+    raise RuntimeError("/proc/self/status has no VmHWM")
 
 
 def held_capture(capture_qkv):
@@ -107,19 +111,19 @@ def measure(route: str, n_layers: int, shape: Shape) -> dict:
         if route == "held":
             capture_batches.capture_qkv = held_capture(capture_batches.capture_qkv)
         Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here
-        loaded_kib = _status_kib("VmRSS")
+        loaded_bytes = resident_bytes()
         t0 = time.perf_counter()
         meta = capture_batches.capture_to_layer_files(loaded, batches, Path(tmp) / "capture")
         seconds = time.perf_counter() - t0
-        peak_kib = _status_kib("VmHWM")
+        peak_bytes = _peak_kib() * 1024
     assert meta["n_layers"] == n_layers and meta["n_samples"] == shape.samples
     # float32 q per query head, k and v per KV head (as the layer files hold them)
     qkv_layer = (shape.heads + 2 * shape.kv_heads) * shape.samples * shape.tokens * \
         (shape.hidden // shape.heads) * 4
     return {"route": route, "layers": n_layers, "weights_bytes": weights,
             "float64_copy_bytes": 2 * weights, "qkv_bytes_per_layer": qkv_layer,
-            "loaded_bytes": loaded_kib * 1024, "peak_bytes": peak_kib * 1024,
-            "growth_bytes": (peak_kib - loaded_kib) * 1024, "capture_s": round(seconds, 2)}
+            "loaded_bytes": loaded_bytes, "peak_bytes": peak_bytes,
+            "growth_bytes": peak_bytes - loaded_bytes, "capture_s": round(seconds, 2)}
 
 
 def run(depths: list[int], shape: Shape) -> dict:
@@ -135,16 +139,9 @@ def run(depths: list[int], shape: Shape) -> dict:
                                  f"failed:\n{done.stderr[-2000:]}")
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(_row_line(rows[-1]), flush=True)
-    return {"schema": "kpca-claims/bench-capture-memory/1",
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "commit": _commit(), "cpu": cpu_model(), "torch": torch.__version__,
+    return {"schema": "kpca-claims/bench-capture-memory/1", **provenance(),
+            "cpu": cpu_model(), "torch": torch.__version__,
             "shape": asdict(shape), "rows": rows}
-
-
-def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True)
-    return done.stdout.strip() or "unknown"
 
 
 def _mb(n: float) -> str:
@@ -163,7 +160,7 @@ def table(results: dict) -> str:
     s = results["shape"]
     by = {(r["layers"], r["route"]): r for r in results["rows"]}
     depths = sorted({r["layers"] for r in results["rows"]})
-    lines = [f"Measured {results['date']} at commit {results['commit']} on {results['cpu']}, torch "
+    lines = [f"Measured {results['date_utc']} UTC at commit {results['commit']} on {results['cpu']}, torch "
              f"{results['torch']}, one thread; random-initialised Llama decoder, hidden "
              f"{s['hidden']}, {s['heads']} query heads over {s['kv_heads']} KV heads, "
              f"{s['samples']} texts of {s['tokens']} tokens in batches of {s['batch']}. MB = 2^20 "
@@ -183,11 +180,8 @@ def table(results: dict) -> str:
 
 
 def write_table(results_path: Path = OUT, doc: Path = DOC) -> None:
-    text = doc.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{doc} has no capture-memory table markers ({START!r} ... {END!r})")
-    head, rest = text.split(START, 1)
-    doc.write_text(head + table(json.loads(results_path.read_text())) + rest.split(END, 1)[1])
+    doc.write_text(replace_block(doc.read_text(), START, END,
+                                 table(json.loads(results_path.read_text())), doc))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -318,7 +318,7 @@ def print_pipeline(results: dict) -> None:
     print("\n" + pipeline_table(results).split("\n", 1)[1].rsplit("\n", 1)[0])
 
 
-def _replace_block(text: str, start: str, end: str, block: str, doc: Path) -> str:
+def replace_block(text: str, start: str, end: str, block: str, doc: Path) -> str:
     if start not in text or end not in text:
         raise SystemExit(f"{doc} has no table markers ({start!r} ... {end!r}); add them where "
                          "the table belongs")
@@ -330,5 +330,5 @@ def update_pipeline_doc(results_path: Path, doc: Path = DOC) -> None:
     """Replace the block between :data:`PIPELINE_START` and :data:`PIPELINE_END` in ``doc`` by
     :func:`pipeline_table` of ``results_path``."""
     text = doc.read_text()
-    doc.write_text(_replace_block(text, PIPELINE_START, PIPELINE_END,
-                                  pipeline_table(json.loads(results_path.read_text())), doc))
+    doc.write_text(replace_block(text, PIPELINE_START, PIPELINE_END,
+                                 pipeline_table(json.loads(results_path.read_text())), doc))

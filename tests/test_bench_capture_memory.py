@@ -48,7 +48,7 @@ def test_one_measurement_and_the_table():
     mb = 2 ** 20
     rows = [dict(row, layers=n, route=r, growth_bytes=g * mb, float64_copy_bytes=mb)
             for n, r, g in ((4, "streamed", 11), (4, "held", 21), (8, "streamed", 11), (8, "held", 41))]
-    text = capture_memory.table({"date": "d", "commit": "c", "cpu": "cpu", "torch": "t",
+    text = capture_memory.table({"date_utc": "d", "commit": "c", "cpu": "cpu", "torch": "t",
                                  "shape": vars(TINY), "rows": rows})
     assert text.startswith(capture_memory.START) and text.endswith(capture_memory.END)
     assert "| 4 |" in text and text.count("| 2.0× |") == 1 and text.count("| 4.0× |") == 1
