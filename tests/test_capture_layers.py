@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -48,22 +49,29 @@ def _cases(tmp_path: Path):
             ("decoder", _llama(tmp_path), text_batch([9, 6, 3], vocab=64))]
 
 
+@contextlib.contextmanager
+def _returned_attention(loaded):
+    """A list that each attention module's index is appended to as the module returns."""
+    attns = families.get(loaded.family).attention_modules(loaded.model)
+    returned: list[int] = []
+    handles = [a.register_forward_hook(lambda *_args, i=i: returned.append(i))
+               for i, a in enumerate(attns)]
+    try:
+        yield returned
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def test_each_layer_is_handed_on_inside_the_forward_pass(tmp_path):
     for name, loaded, batch in _cases(tmp_path):
-        attns = families.get(loaded.family).attention_modules(loaded.model)
-        returned = []
-        handles = [a.register_forward_hook(lambda *_args, i=i: returned.append(i))
-                   for i, a in enumerate(attns)]
         arrivals = []
-        try:
+        with _returned_attention(loaded) as returned:
             got = capture_qkv(loaded, batch, sink=lambda layer, t: arrivals.append(
                 (layer, len(returned), sorted(t))))
-        finally:
-            for h in handles:
-                h.remove()
         # layer i arrives after attention i − 1 returned and before attention i returned
-        assert arrivals == [(i, i, ["k", "q", "v"]) for i in range(len(attns))], name
-        assert "q" not in got and got["layers"] == tuple(range(len(attns)))
+        assert arrivals == [(i, i, ["k", "q", "v"]) for i in range(loaded.n_layers)], name
+        assert "q" not in got and got["layers"] == tuple(range(loaded.n_layers))
 
 
 def test_what_arrives_layer_by_layer_is_the_in_memory_capture(tmp_path):
@@ -197,15 +205,8 @@ def test_the_forward_pass_stops_after_the_last_wanted_layer(tmp_path):
     from fixtures.models.capture_batches import capture_to_layer_files
 
     for name, loaded, batch in _cases(tmp_path):
-        attns = families.get(loaded.family).attention_modules(loaded.model)
-        ran = []
-        handles = [a.register_forward_hook(lambda *_args, i=i: ran.append(i))
-                   for i, a in enumerate(attns)]
-        try:
+        with _returned_attention(loaded) as ran:
             meta = capture_to_layer_files(loaded, [batch], tmp_path / name, layers=[0])
-        finally:
-            for h in handles:
-                h.remove()
         assert ran == [] or ran == [0], name  # layer 0's hook may not even return; 1.. never run
         assert meta["layers"] == (0,) and meta["n_layers"] == 1
         assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["layer_00.safetensors"]
