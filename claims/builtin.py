@@ -29,7 +29,8 @@ V = register(ClaimSpec(
     nonfinite_ok=tuple(f"p2code_{name}" for name in V_P2_CODE_METRICS),
     report_context="report.sections.claim_v_section:context",
     template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py",
-    method_version="1", sample_rows="claims.claim_v:sample_rows"))
+    method_version="1", sample_rows="claims.claim_v:sample_rows",
+    records={"head": "claims.claim_v:record_for_head", "model": "claims.claim_v:record_for_model"}))
 
 J = register(ClaimSpec(
     id="J", section="claim_j",
@@ -44,7 +45,8 @@ J = register(ClaimSpec(
     nonfinite_ok=("token_log_phi_sq", "token_h_sq", "token_fit_h_sq", "output_r2",
                   "output_r2_null"),
     template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py",
-    method_version="1", record_sections={"series": "claim_j_trend"}))
+    method_version="1", record_sections={"series": "claim_j_trend"},
+    records={"layer": "claims.claim_j:record_for_layer", "model": "claims.claim_j:record_for_model"}))
 
 E = register(ClaimSpec(
     id="E", section="claim_e",
@@ -58,7 +60,8 @@ E = register(ClaimSpec(
     template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py",
     # its head records judge γ constancy by their own rules; they have per-sample rows
     method_version="1", record_sections={"head": "claim_e_gamma"},
-    sample_rows="claims.claim_e:sample_rows"))
+    sample_rows="claims.claim_e:sample_rows",
+    records={"head": "claims.claim_e:record_for_head", "model": "claims.claim_e:record_for_model"}))
 
 R = register(ClaimSpec(
     id="R", section="claim_r",

@@ -31,6 +31,7 @@ Standard library only: the report reads records without torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -291,3 +292,36 @@ def head_sample_rows(claim: str, record: dict, names: list, undetermined, used) 
              "head": record["head"], "sample": s, "sample_name": names[s] if s < len(names) else None,
              "undetermined": bool(undetermined[s]), "used": bool(used[s])}
             for s in range(int(undetermined.numel()))]
+
+
+def plain(obj):
+    """Convert to JSON/execnet-safe Python types (no tensors, no numpy scalars): what a record
+    becomes in results.json, with :func:`undefined_intervals`."""
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if obj != obj else ("inf" if obj > 0 else "-inf")  # JSON has no inf/NaN
+    return obj
+
+
+def undefined_intervals(rec: dict) -> dict:
+    """An interval that could not be computed (fewer than 2 usable samples: method §7) is
+    recorded as null, with the reason under ``undefined["ci"]``, never as a point or "nan"."""
+    gone = []
+    for field in ("ci", "ci_null"):
+        table = rec.get(field)
+        if not isinstance(table, dict):
+            continue
+        for name, bounds in table.items():
+            if isinstance(bounds, list) and bounds and all(b in ("nan", None) for b in bounds):
+                table[name] = None
+                gone.append(name if field == "ci" else f"{name} (null)")
+    if gone:
+        rec["undefined"] = {**(rec.get("undefined") or {}), "ci": (
+            f"no 95% interval of {', '.join(dict.fromkeys(gone))}: a bootstrap interval needs at "
+            f"least 2 usable samples, this record has {rec.get('n_used', rec.get('n_samples', 'fewer'))}")}
+    return rec

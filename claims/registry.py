@@ -91,6 +91,12 @@ class ClaimSpec:
         its records: ``sample_rows(record, run) -> list[dict]``, ``run`` the record's
         :class:`fixtures.engine.model_run.ModelRun` (``run.layer_metrics(id, layer)``,
         ``run.prepare()``); ``[]`` for a record without rows. None: its records have no rows.
+    records : dict
+        ``{level: "module:function"}``: the function that makes a record of that level from a
+        model run, called with the arguments it names among ``run``, ``model``, ``layer``,
+        ``head``, ``layers`` and ``heads`` (:func:`claims.stored_run.rebuild`). The merge of layer
+        shards (``--shard-by layers``) rebuilds a model's records with them from the per-layer
+        metrics the shards stored; a claim without it cannot be sharded by layers.
     heads : {"query", "kv"}
         What its head unit is on a grouped-query model (method §5.7): ``"kv"`` when it reads the
         keys and values only (claims V and E: the Gram, V̂ and γ are the same for every query
@@ -120,6 +126,7 @@ class ClaimSpec:
     record_sections: dict[str, str] = field(default_factory=dict)
     sample_rows: str | Callable | None = None
     heads: str = "query"
+    records: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.heads not in ("query", "kv"):
@@ -129,10 +136,11 @@ class ClaimSpec:
         bad = [lv for lv in self.levels if lv not in UNITS]
         if bad:
             raise ValueError(f"claim {self.id!r}: levels {bad} are not among {UNITS}")
-        stray = [lv for lv in self.record_sections if lv not in self.levels]
-        if stray:
-            raise ValueError(f"claim {self.id!r}: record_sections names levels {stray} that are "
-                             f"not among its levels {self.levels}")
+        for name, table in (("record_sections", self.record_sections), ("records", self.records)):
+            stray = [lv for lv in table if lv not in self.levels]
+            if stray:
+                raise ValueError(f"claim {self.id!r}: {name} names levels {stray} that are not "
+                                 f"among its levels {self.levels}")
         if not isinstance(self.method_version, str) or not self.method_version:
             raise ValueError(f"claim {self.id!r}: method_version must be a non-empty string, "
                              f"not {self.method_version!r}")

@@ -27,9 +27,12 @@ from pathlib import Path
 
 from claims.names import RESULTS_SCHEMA
 
+from . import merge_layers
+from .merge_account import MergeError, check_accounted
 from .atomic import atomic_open, atomic_write_text
 from .render import render_report
 from .results_file import validate_results
+from .summary import summary
 
 
 def _record_key(rec: dict) -> tuple:
@@ -44,10 +47,6 @@ _BUILT = ("schema", "provenance", "options", "thresholds", "models", "records", 
           "instrument_failures")
 #: Provenance fields that must be equal across the inputs (code and numerics).
 _SAME_PROVENANCE = ("git_commit", "dtype")
-
-
-class MergeError(ValueError):
-    """The inputs cannot be merged; the message is one sentence naming the field."""
 
 
 def _name(path: Path) -> str:
@@ -103,56 +102,6 @@ class _Missing:
 
 
 _MISSING = _Missing()
-
-
-def check_accounted(name: str, data: dict) -> None:
-    """A shard's own account of its tests must hold together; what it may say and what it may not.
-
-    Accepted, as a partial input the merge names: a shard that says it ended early
-    (``complete: false``, with ``interrupted_by``, ``errors`` or the tests it did not reach under
-    ``not_run``), whatever number of records it has, none included. Refused: a test the shard ran
-    (its ``durations``, one entry per reported test) with no record, no ``skipped`` reason and no
-    ``not_run`` entry, or a record of a test it did not run; ``complete: true`` beside tests that
-    did not run, faults or a SIGTERM; a ``summary`` whose counts its records and ``not_run`` do
-    not give (a record removed, added or altered by hand, or a file cut short)."""
-    durations = data.get("durations") or {}  # none: a results.json of an earlier version
-    recorded = {str(r.get("test_id")) for r in data["records"]}
-    accounted = set(data["not_run"]) | set(data.get("skipped") or {})
-    missing = sorted(t for t in durations
-                     if t not in accounted and t.split("::")[-1] not in recorded)
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        hint = ("" if "skipped" in data else
-                "; it has no 'skipped' list, so a test skipped by its model family cannot be told "
-                "from a lost record: rerun that shard with this version")
-        raise MergeError(f"{name} lists {missing[0]}{more} under durations (it ran) but holds no "
-                         f"record of it, nor lists it under not_run or skipped: a record was "
-                         f"removed or the file is damaged; rerun that shard{hint}")
-    orphans = sorted(str(r.get("test_id")) for r in data["records"]
-                     if durations and not any(t.split("::")[-1] == r.get("test_id")
-                                              for t in durations))
-    if orphans:
-        raise MergeError(f"{name} holds a record of {orphans[0]}, a test its durations do not "
-                         "list (it did not run in that shard): a record was added or copied from "
-                         "another file; rerun that shard")
-    if data["complete"]:
-        said = (f"{len(data['not_run'])} tests under not_run" if data["not_run"] else
-                f"{len(data['errors'])} faults under errors" if data.get("errors") else
-                f"interrupted_by {data['interrupted_by']!r}" if data.get("interrupted_by") else None)
-        if said:
-            raise MergeError(f"{name} says complete: true but lists {said}: a hand-edited or "
-                             "damaged shard; rerun that shard")
-    stated = data.get("summary")
-    if isinstance(stated, dict):
-        from .summary import summary
-
-        counted = summary(data["records"], data["not_run"])
-        for key in ("records", "not_run", "verdicts", "outcomes"):
-            if key in stated and stated[key] != counted[key]:
-                raise MergeError(
-                    f"{name} states summary.{key} {json.dumps(stated[key], sort_keys=True)} but its "
-                    f"records and not_run give {json.dumps(counted[key], sort_keys=True)}: a record "
-                    "was removed, added or altered by hand, or the file is damaged; rerun that shard")
 
 
 def _samples(path: Path, data: dict) -> Path | None:
@@ -259,11 +208,13 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
             declared.update(data["models"])
             continue
         if shard_count is None:
-            shard_count, declared_run = shard["count"], shard["declared_models"]
-        if shard["count"] != shard_count or shard["declared_models"] != declared_run:
-            field = "count" if shard["count"] != shard_count else "declared_models"
-            raise MergeError(f"{names[0]} and {name} differ in provenance.shard.{field}: they "
-                             "are shards of different runs (another --shard N or selection)")
+            shard_count, first_shard = shard["count"], shard
+        differ = [f for f in ("count", "declared_models", "by", "declared_layers")
+                  if shard.get(f) != first_shard.get(f)]
+        if differ:
+            raise MergeError(f"{names[0]} and {name} differ in provenance.shard.{differ[0]}: "
+                             "they are shards of different runs (another --shard N, --shard-by "
+                             "or selection)")
         if shard["index"] in shard_of:
             raise MergeError(f"{shard_of[shard['index']]} and {name} are both shard "
                              f"{shard['index']}/{shard['count']}: give each shard once")
@@ -272,15 +223,16 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
     # every model and every record once
     model_in: dict[str, str] = {}
     record_in: dict[tuple, str] = {}
+    by_layers = merge_layers.layer_run(inputs, names)
     for name, (_, data) in zip(names, inputs):
         for key in data["models"]:
-            if key in model_in:
+            if key in model_in and not by_layers:  # layer shards share their models
                 raise MergeError(f"{model_in[key]} and {name} both hold model {key}: each model "
                                  "must come from one shard only (the same shard twice?)")
             model_in[key] = name
         for rec in data["records"]:
             key = _record_key(rec)
-            if key in record_in:
+            if key in record_in and not (by_layers and rec.get("level") == "model"):
                 raise MergeError(f"{record_in[key]} and {name} both hold the record of "
                                  f"{rec.get('test_id') or key}: duplicate records cannot be merged")
             record_in[key] = name
@@ -294,6 +246,8 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
         models.update(data["models"])
         records.extend(data["records"])
         not_run.update(data["not_run"])
+    if by_layers:  # every record of a sharded claim rebuilt over every layer (method §7)
+        records = merge_layers.rebuilt_records(inputs, names)
     statuses = [int(d.get("exit_status", 0)) for _, d in inputs]
     odd = [s for s in statuses if s not in (0, 1, 9)]  # 9: that shard judged nothing
     judged = [s for s in statuses if s in (0, 1)]
@@ -333,10 +287,13 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
         "exit_status": exit_status,
     }
     # per-run fields recomputed or joined over the shards (one run's shape, docs/results-schema.md)
-    from .summary import summary
-
+    if by_layers:  # the rebuilt records decide the exit; a missing shard's layers are named
+        merge_layers.settle(merged, inputs)
     merged["summary"] = summary(merged["records"], merged["not_run"])
-    durations = {k: v for _, d in inputs for k, v in (d.get("durations") or {}).items()}
+    durations: dict = {}  # a layer shard's model tests ran in every shard: their times add
+    for _, d in inputs:
+        for k, v in (d.get("durations") or {}).items():
+            durations[k] = durations.get(k, 0.0) + v
     if durations or any("durations" in d for _, d in inputs):
         merged["durations"] = dict(sorted(durations.items()))
     failures = [e for _, d in inputs for e in d.get("instrument_failures", [])]

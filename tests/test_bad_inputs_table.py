@@ -17,7 +17,7 @@ FILES = {"B": "test_bad_inputs.py", "I": "test_interrupts.py", "P": "test_proper
          "T": "test_input_types.py", "G": "test_baseline.py", "S": "test_scale.py",
          "C": "test_cache.py", "F": "test_families.py",
          "D": "test_decoders.py", "X": "test_side_tools.py", "N": "test_nothing_judged.py",
-         "L": "test_capture_layers.py"}
+         "L": "test_capture_layers.py", "Y": "test_layer_shards.py"}
 #: helpers of the test files that assert an exit code themselves
 HELPERS = {"usage_error": {4}, "run_claims": {0, 1}}
 _CODE_NAMES = {"USAGE_ERROR": 4, "TESTS_FAILED": 1, "OK": 0, "INTERRUPTED": 2,

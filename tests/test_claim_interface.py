@@ -381,3 +381,21 @@ def test_a_toy_claims_section_is_in_the_report(toy_run):
     html = (toy_run.out / "report.html").read_text()
     assert "Attention entropy is below 0.9" in html
     assert "normalised_entropy" in html or "normalised entropy" in html
+
+
+def test_every_declared_record_function_resolves_and_names_only_run_arguments():
+    """``ClaimSpec.records`` (the layer-shard merge rebuilds records with them): each resolves,
+    and takes only arguments :func:`claims.stored_run.rebuild` gives."""
+    import inspect
+
+    from claims.stored_run import ARGUMENTS
+
+    declared = {spec.id: spec.records for spec in registry.all_claims() if spec.records}
+    assert set(declared) >= {"V", "J", "E"}
+    for claim, table in declared.items():
+        for level, target in table.items():
+            params = inspect.signature(registry.resolve(target)).parameters
+            assert set(params) <= set(ARGUMENTS), (claim, level, sorted(params))
+    with pytest.raises(ValueError, match=r"claim 'T': records names levels \['model'\]"):
+        registry.ClaimSpec(id="T", section="claim_t", title="t", statement="t", source="t",
+                           unit="head", levels=("head",), records={"model": "claims.x:y"})
