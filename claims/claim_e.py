@@ -40,8 +40,9 @@ def _where_nonfinite(per_layer: dict[int, dict], heads: list[int]) -> str | None
     for layer, t in per_layer.items():
         bad = ~t["naive_finite"][:, heads]
         if bool(bad.any()):
-            stages = [k[len("naive_bad_"):] for k in t if k.startswith("naive_bad_")
-                      and bool(t[k][:, heads].any())]
+            # in name order: the metrics' key order depends on how their file was written
+            stages = sorted(k[len("naive_bad_"):] for k in t if k.startswith("naive_bad_")
+                            and bool(t[k][:, heads].any()))
             notes.append(f"L{layer:02d}: {int(bad.sum())} of {bad.numel()} heads×samples "
                          f"({', '.join(stages)})")
     return "; ".join(notes) or None
