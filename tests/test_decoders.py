@@ -432,4 +432,5 @@ def test_the_readme_row_and_the_terminal_name_the_quantisation_and_kv_heads():
     row = _model_row("smol", {"n_layers": 30}, recs)
     assert row.startswith(f"| smol ({label}; V and E heads are KV heads; layers 0, 10, 20, 29 "
                           "of 30; first token included) | 1 inconclusive → **1 refuted** |"), row
-    assert any(f"smol ({label})" in line for line in verdict_table(recs))
+    table = verdict_table(recs)
+    assert any(f"smol ({label})" in line and "1 KV heads: 1 refuted" in line for line in table)
