@@ -27,6 +27,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from claims.registry import all_claims
+
 from .atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +127,21 @@ def _decoder_notes(info: dict, recs: list[dict], model_rec: dict | None) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-def _model_row(key: str, info: dict, recs: list[dict]) -> str:
+def skipped_claims(skipped: dict, model: str) -> dict[str, str]:
+    """{claim: why} for the claims a model's tests were all skipped for without a record (results'
+    ``skipped``): the reason's clause after "for MODEL: " (claim J under a causal mask)."""
+    out = {}
+    for node, reason in (skipped or {}).items():
+        spec = next((c for c in all_claims() if c.tests and node.startswith(c.tests + "::")), None)
+        if spec is None or f"[{model}" not in node:
+            continue
+        why = reason.split(f"for {model}: ", 1)[-1].split(": ", 1)[0]
+        why = why.removeprefix(f"claim {spec.id} ").removeprefix("is ").strip()
+        out.setdefault(spec.id, re.sub(r" \((method §[\d.]+)\)$", r", \1", why))
+    return out
+
+
+def _model_row(key: str, info: dict, recs: list[dict], skipped: dict | None = None) -> str:
     heads_v = [r for r in recs if r["claim"] == "V" and r.get("level") == "head"]
     v_model = _one(recs, "V", "model")
     j_layers = [r for r in recs if r["claim"] == "J" and r.get("level") == "layer"]
@@ -151,6 +167,8 @@ def _model_row(key: str, info: dict, recs: list[dict]) -> str:
     else:
         v_mod = "—"
     j = f"{_counts(j_layers)}; {_j_model_cell(j_model)}" if j_layers or j_model else "—"
+    if j == "—" and (skipped or {}).get("J"):  # skipped without a verdict: say why
+        j = f"— ({skipped['J']})"
     trend = "—"
     if j_series:
         m = j_series.get("metrics") or {}
@@ -200,7 +218,8 @@ def readme_block(reference: dict) -> str:
         by_model.setdefault(rec["model"], []).append(rec)
     models = reference.get("models") or {}
     for key in sorted(by_model, key=lambda k: (bool((models.get(k) or {}).get("control")), k)):
-        lines.append(_model_row(key, models.get(key) or {}, by_model[key]))
+        lines.append(_model_row(key, models.get(key) or {}, by_model[key],
+                                skipped_claims(reference.get("skipped") or {}, key)))
     return "\n".join(lines) + "\n"
 
 
