@@ -47,9 +47,11 @@ class Axis:
     option: str
     why: str
     modality: str | None = None
+    causal: bool = False  # the axis exists for causal decoders only
 
-    def applies(self, claim: str, modality: str | None) -> bool:
-        return claim in self.claims and (self.modality is None or self.modality == modality)
+    def applies(self, claim: str, modality: str | None, causal: bool = False) -> bool:
+        return (claim in self.claims and (self.modality is None or self.modality == modality)
+                and (causal or not self.causal))
 
 
 def load_grid(path: str | Path | None = None) -> dict[str, Axis]:
@@ -90,22 +92,24 @@ def _load_grid(path: str) -> tuple[tuple[str, Axis], ...]:
         out.append((name, Axis(name=name, label=str(a["label"]), values=tuple(values),
                                claims=tuple(str(c) for c in claims), stage=a["stage"],
                                option=str(a["option"]), why=str(a["why"]),
-                               modality=a.get("modality"))))
+                               modality=a.get("modality"), causal=bool(a.get("causal", False)))))
     return tuple(out)
 
 
-def axes_for(grid: dict[str, Axis], claim: str, modality: str | None) -> list[Axis]:
-    """The axes that apply to ``claim`` on a model of ``modality``, in grid order."""
-    return [a for a in grid.values() if a.applies(claim, modality)]
+def axes_for(grid: dict[str, Axis], claim: str, modality: str | None,
+             causal: bool = False) -> list[Axis]:
+    """The axes that apply to ``claim`` on a model of ``modality`` (a causal decoder or not),
+    in grid order."""
+    return [a for a in grid.values() if a.applies(claim, modality, causal)]
 
 
 def specifications(grid: dict[str, Axis], claim: str, modality: str | None,
-                   default: dict[str, str]) -> list[dict[str, str]]:
+                   default: dict[str, str], causal: bool = False) -> list[dict[str, str]]:
     """Every specification of ``claim`` (one value per applicable axis), the default first.
 
     ``default``: the run's own value of every axis (the main records' specification); a default
     value that the grid does not list is added to that axis, so the default is always judged."""
-    axes = axes_for(grid, claim, modality)
+    axes = axes_for(grid, claim, modality, causal)
     for a in axes:
         if a.name not in default:
             raise GridError(f"the default specification has no value for axis {a.name!r}")
