@@ -58,7 +58,7 @@ def _metrics_of(path: Path, name: str, data: dict) -> dict[tuple, dict]:
         blob = file.read_bytes()
         if hashlib.sha256(blob).hexdigest() != row.get("sha256"):
             raise MergeError(f"{file} is not the file {name} wrote (its sha256 differs from "
-                                  "provenance.shard.layer_metrics): rerun that shard")
+                             "provenance.shard.layer_metrics): rerun that shard")
         out[(str(row["model"]), str(row["claim"]), int(row["layer"]))] = load(blob)
     return out
 
@@ -84,8 +84,8 @@ def _family(shards: list[tuple[dict, dict]], model: str, claim: str) -> tuple[li
                 heads = list(rec["heads"])
     if heads is None:
         raise MergeError(f"no layer shard holds the model record of claim {claim} for "
-                              f"{model}: its head records cannot be adjusted across the model's "
-                              "layers; run the model-level tests in every shard")
+                         f"{model}: its head records cannot be adjusted across the model's "
+                         "layers; run the model-level tests in every shard")
     return sorted({x for layers in own.values() for x in layers}), heads, own
 
 
@@ -97,12 +97,12 @@ def rebuilt_records(inputs: list[tuple[Path, dict]], names: list[str]) -> list[d
         for key, tensors in _metrics_of(path, name, data).items():
             if key in metrics:
                 raise MergeError(f"two shards hold the metrics of {key[0]} claim {key[1]} "
-                                      f"layer {key[2]} ({name} is one): give each shard once")
+                                 f"layer {key[2]} ({name} is one): give each shard once")
             metrics[key] = tensors
     shards = [(d["provenance"]["shard"], d) for _, d in inputs]
     rules = inputs[0][1]["options"].get("rules", "ours")
     info = {m: i for _, d in inputs for m, i in d["models"].items()}
-    full, views, families, out, done = {}, {}, {}, [], set()
+    full, mine, views, families, out, done = {}, {}, {}, {}, [], set()
     for shard, data in shards:
         for rec in data["records"]:
             model, claim, level = rec["model"], rec["claim"], rec.get("level")
@@ -115,19 +115,20 @@ def rebuilt_records(inputs: list[tuple[Path, dict]], names: list[str]) -> list[d
             if (model, claim) not in families:
                 families[(model, claim)] = _family(shards, model, claim)
             layers, heads, own = families[(model, claim)]
-            mine = {k[1:]: v for k, v in metrics.items() if k[0] == model}
-            if model not in full:
-                full[model] = StoredRun(mine, info[model], rules)
+            if model not in full:  # one run over every layer, one per shard's own layers
+                mine[model] = {k[1:]: v for k, v in metrics.items() if k[0] == model}
+                full[model] = StoredRun(mine[model], info[model], rules)
             args = dict(claim=claim, level=level, model=model, heads=heads,
                         layer=rec.get("layer"), head=rec.get("head"))
-            view = views.setdefault((model, shard["index"]), StoredRun(mine, info[model], rules))
+            view = views.setdefault((model, shard["index"]),
+                                    StoredRun(mine[model], info[model], rules))
             try:  # the record as the shard made it (its keys), and over every layer
                 as_run = _finish(rebuild(run=view, layers=own[shard["index"]], **args), {})
                 fresh = rebuild(run=full[model], layers=layers, **args)
             except KeyError as exc:
                 raise MergeError(f"the layer shards lack metrics the record "
-                                      f"{rec.get('test_id')} needs ({exc.args[0]}): rerun the "
-                                      "shard of that layer") from None
+                                 f"{rec.get('test_id')} needs ({exc.args[0]}): rerun the "
+                                 "shard of that layer") from None
             decorations = {k: v for k, v in rec.items()
                            if k not in as_run and k not in ("undefined", "outcome")}
             out.append(_finish(fresh, decorations))
