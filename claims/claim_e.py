@@ -13,6 +13,7 @@ from checks.stats import (bootstrap_indices, masked_mean, percentile_interval, p
                           seed_from)
 
 from . import claim_v, round_off_widths as round_off, verdicts
+from .chance import chance_settings
 from .gamma_stats import EXACT_EIGEN, chance_tests, gamma_ci, imprecise_overlaps, subspace_summary
 from .names import E_ROUTES as ROUTES
 from .records import EHeadRecord, EModelRecord, finite_or_none, head_sample_rows
@@ -171,16 +172,16 @@ def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
     route's finite share: each resample recomputes every route's across-sample mean of each
     statistic (finite samples only, as :func:`checks.spectrum.eigenvalue_statistics`) and the
     ratios from them. ``finite`` [S, units]: the naive route's finiteness per (sample, unit)."""
-    settings = verdicts.rule_set_settings()
+    settings = chance_settings()
     per = {route: torch.stack([stats[route]["per_sample"][k].to(torch.float64) for k in STATISTICS],
                               dim=1) for route in ROUTES}  # [S, statistics], NaN: non-finite sample
-    idx = bootstrap_indices(finite.shape[0], seed, int(settings["bootstrap_resamples"]))
+    idx = bootstrap_indices(finite.shape[0], seed, settings.bootstrap_resamples)
     means = {route: torch.nanmean(x[idx], dim=1) for route, x in per.items()}  # [R, statistics]
     raw_std = _ratio(means["log_raw"], means["log_standardized"]).amax(-1)
     pairs = torch.stack([_ratio(means[a], means[b]).amax(-1) for a, b in ROUTE_PAIRS]).amax(0)
     share = finite.to(torch.float64).mean(1)[idx].mean(1)
-    level = float(settings["confidence"])
-    return {name: [float(x) for x in percentile_interval(draws, level, n=int(finite.shape[0]))]
+    return {name: [float(x) for x in percentile_interval(draws, settings.confidence,
+                                                         n=int(finite.shape[0]))]
             for name, draws in (("raw_vs_standardized_ratio", raw_std), ("max_route_ratio", pairs),
                                 ("naive_finite_share", share))}
 

@@ -8,9 +8,11 @@ import torch
 
 from checks.errors import UndefinedValueError, defined
 from checks.projection_summary import pooled_terms, spearman_rho, term_attribution
-from checks.stats import bootstrap_indices, percentile_interval, seed_from
+from checks.stats import (bootstrap_indices, bootstrap_weights, excess_over_null,
+                          percentile_interval, seed_from)
 
 from . import verdicts
+from .chance import above_pvalues, chance_settings, chance_test, tost_p
 from .names import J_METRICS
 from .records import JRecord, JTrendRecord
 
@@ -31,21 +33,21 @@ def pooled_ci(layer_terms: list[dict[str, torch.Tensor]], heads: list[int], seed
     ``log10_ratio`` and ``bessel_share``: a resample draws whole samples with all their (layer,
     head) units, and pools them exactly as :func:`pooled` does (token-weighted, ‖φ‖² in log
     space). Vectorised: one [R, S] index matrix, one gather per quantity."""
-    settings = verdicts.rule_set_settings()
+    settings = chance_settings()
 
     def cat(name):  # [S, units]
         return torch.cat([t[name][:, heads].to(torch.float64) for t in layer_terms], dim=1)
     n = cat("n_tokens")
     log_phi = torch.logsumexp(cat("log_phi_sq_mean") + n.log(), dim=1)  # [S]
     h, bessel, tokens = (cat("h_sq_mean") * n).sum(1), (cat("bessel_share") * n).sum(1), n.sum(1)
-    idx = bootstrap_indices(n.shape[0], seed, int(settings["bootstrap_resamples"]))
+    idx = bootstrap_indices(n.shape[0], seed, settings.bootstrap_resamples)
     total = tokens[idx].sum(1)
     log_phi_r = torch.logsumexp(log_phi[idx], dim=1) - total.log()
     h_r = h[idx].sum(1) / total
     ratio = torch.where(h_r > 0, (h_r.clamp_min(1e-300).log() - log_phi_r) / math.log(10),
                         torch.full_like(h_r, -math.inf))
-    level = float(settings["confidence"])
-    return {name: [float(x) for x in percentile_interval(draws, level, n=int(n.shape[0]))]
+    return {name: [float(x) for x in percentile_interval(draws, settings.confidence,
+                                                         n=int(n.shape[0]))]
             for name, draws in (("log10_ratio", ratio), ("bessel_share", bessel[idx].sum(1) / total))}
 
 
@@ -87,14 +89,12 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
     over samples (whole samples, all their units together), and the tests against chance on the
     per-sample mean difference R² − null: the sign-flip test ("above chance") and the
     equivalence test ("at chance", margin ``[claim_j.ours.chance_margin.output_r2]`` of the room
-    1 − null above the null, :func:`claims.verdicts.absolute_margin`), method §7.2.
-    None when the terms carry no output fit."""
-    from checks.nulls import tost_pvalues
-    from checks.stats import bootstrap_weights, excess_over_null, sign_flip_pvalues
-
+    1 − null above the null, :func:`claims.verdicts.absolute_margin`), method §7.2: one test
+    per record, so its adjusted p-values are the raw ones. None when the terms carry no output
+    fit."""
     if "output_r2" not in layer_terms[0]:
         return None
-    settings = verdicts.rule_set_settings()
+    settings = chance_settings()
     r2 = torch.cat([t["output_r2"][:, heads] for t in layer_terms], dim=1).to(torch.float64)
     null = torch.cat([t["output_r2_null"][:, heads] for t in layer_terms], dim=1).to(torch.float64)
     fitted = torch.isfinite(r2).all(1) & torch.isfinite(null).all(1)  # NaN: N < d
@@ -106,25 +106,22 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
         r2, null = r2[fitted], null[fitted]
     per_sample = torch.stack([r2.mean(1), null.mean(1)], dim=1)  # [S, 2]
     mean = per_sample.mean(0)
-    weights = bootstrap_weights(per_sample.shape[0], seed, int(settings["bootstrap_resamples"]))
+    weights = bootstrap_weights(per_sample.shape[0], seed, settings.bootstrap_resamples)
     draws = (weights @ per_sample) / weights.sum(1, keepdim=True)  # [R, 2]
     excess = excess_over_null(draws[:, 0], draws[:, 1])
-    level = float(settings["confidence"])
-    ci = percentile_interval(torch.stack([draws[:, 0], draws[:, 1], excess], 1), level,
+    ci = percentile_interval(torch.stack([draws[:, 0], draws[:, 1], excess], 1),
+                             settings.confidence,
                              n=int(per_sample.shape[0])).tolist()  # none from one sample (§7)
     diff = (per_sample[:, 0] - per_sample[:, 1]).unsqueeze(1)
-    resamples = int(settings["permutation_resamples"])
     margin = float(verdicts.absolute_margin(RULES, "output_r2", float(mean[1])))
-    alpha = float(settings["alpha"])
-    p = float(sign_flip_pvalues(diff, None, seed, resamples)[0])
-    p_tost = float(tost_pvalues(diff, None, margin, seed, resamples)[0])
+    p = float(above_pvalues(diff, None, seed)[0])
+    p_tost = float(tost_p(diff, None, margin, seed)[0])
     return {"output_r2": float(mean[0]), "output_r2_null": float(mean[1]),
             "output_r2_excess": float(excess_over_null(float(mean[0]), float(mean[1]))),
             "ci": {"output_r2": ci[0], "output_r2_excess": ci[2]}, "ci_null": ci[1],
-            "vs_null": {"p": p, "above_chance": p < alpha, "tost_p": p_tost,
-                        "at_chance": p_tost < alpha, "margin": margin,
-                        "margin_share": float(verdicts.chance_margins(RULES)["output_r2"]),
-                        "n_samples": int(per_sample.shape[0])},
+            "vs_null": chance_test(p, p, p_tost, p_tost, margin,
+                                   verdicts.chance_margins(RULES)["output_r2"],
+                                   int(per_sample.shape[0])),
             **({"excluded": excluded} if excluded else {})}
 
 

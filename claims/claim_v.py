@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from checks.stats import adjust_pvalues, excess_over_null, masked_mean, seed_from
+from checks.stats import excess_over_null, masked_mean, seed_from
 
 from . import round_off_widths as round_off, verdicts
+from .chance import adjusted, chance_settings
 from .names import V_MEASURED
 from .names import V_P2_CODE_METRICS as P2_CODE_METRICS
 from .records import VRecord, finite_or_none, head_sample_rows
@@ -80,8 +81,7 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     ``statistics``), where the result is kept under (model, selection, rule-set settings), so
     that every head test of a model reuses one pass; None: computed afresh."""
     layers = sorted(per_layer)
-    key = ("V-head-statistics", model, tuple(layers), tuple(heads),
-           tuple(sorted(verdicts.rule_set_settings().items())))
+    key = ("V-head-statistics", model, tuple(layers), tuple(heads), chance_settings())
     if cache is not None and key in cache:
         return cache[key]
     metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
@@ -89,14 +89,13 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
     keep = torch.stack([_keep_mask(undet[:, u])[0] for u in range(undet.shape[1])], dim=1)
     p = chance_pvalues(metrics, keep, seed_from(f"{model}-V-vs-null"))  # [U, M]
-    correction = verdicts.rule_set_settings()["correction"]
-    adjusted = adjust_pvalues(p.T, correction).T
+    p_adjusted = adjusted(p.T).T
     tost = chance_pvalues(metrics, keep, seed_from(f"{model}-V-at-chance"), equivalence=True)
-    tost_adjusted = adjust_pvalues(tost.T, correction).T
+    tost_adjusted = adjusted(tost.T).T
     units = [(l, h) for l in layers for h in heads]
     n_kept = keep.sum(0)
     margins = equivalence_margins(metrics, keep)
-    result = {unit: {"vs_null": vs_null_record(p[i], adjusted[i], int(n_kept[i]), tost[i],
+    result = {unit: {"vs_null": vs_null_record(p[i], p_adjusted[i], int(n_kept[i]), tost[i],
                                                tost_adjusted[i], margins[i])}
               for i, unit in enumerate(units)}
     all_metrics = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)

@@ -16,30 +16,24 @@ import math
 import torch
 
 from checks.projection_summary import spearman_rho
-from checks.stats import (bootstrap_indices, excess_over_null, percentile_interval, seed_from,
-                          sign_flip_pvalues)
+from checks.stats import bootstrap_indices, excess_over_null, percentile_interval, seed_from
 
 from . import verdicts
+from .chance import above_pvalues, chance_settings
 
 SECTION = "claim_v_training"
 #: Claim V's metrics followed over training (the overlap beside P2's three judged metrics).
 V_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap")
 
 
-def _settings() -> tuple[int, float]:
-    s = verdicts.rule_set_settings()
-    return int(s["bootstrap_resamples"]), float(s["confidence"])
-
-
 def resamples(n: int, series: str) -> torch.Tensor:
     """[R, n] bootstrap indices of the fixed batch, one set for every checkpoint of ``series``."""
-    r, _ = _settings()
-    return bootstrap_indices(n, seed_from(f"dynamics-{series}"), r)
+    return bootstrap_indices(n, seed_from(f"dynamics-{series}"),
+                             chance_settings().bootstrap_resamples)
 
 
 def _interval(draws: torch.Tensor) -> list[float]:
-    _, level = _settings()
-    return [float(x) for x in percentile_interval(draws, level)]
+    return [float(x) for x in percentile_interval(draws, chance_settings().confidence)]
 
 
 # ---------------------------------------------------------------------------- per-sample values
@@ -147,9 +141,8 @@ def paired_change(first: torch.Tensor, last: torch.Tensor, idx: torch.Tensor, se
     bootstrap interval (resamples ``idx``) and the one-sided sign-flip p-value of "it rises"
     (method §7.2), with ``n`` pairs."""
     d = (last.to(torch.float64) - first.to(torch.float64))
-    r = int(verdicts.rule_set_settings()["permutation_resamples"])
-    p_up = sign_flip_pvalues(d.unsqueeze(1), None, seed, r)[0]
-    p_down = sign_flip_pvalues(-d.unsqueeze(1), None, seed, r)[0]
+    p_up = above_pvalues(d.unsqueeze(1), None, seed)[0]
+    p_down = above_pvalues(-d.unsqueeze(1), None, seed)[0]
     return {"first": float(first.mean()), "last": float(last.mean()), "delta": float(d.mean()),
             "ci": _interval(d[idx].mean(1)), "p_rises": float(p_up), "p_falls": float(p_down),
             "n": int(d.numel())}

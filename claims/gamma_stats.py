@@ -12,6 +12,7 @@ from checks.errors import UndefinedValueError, defined
 from checks.stats import bootstrap_weights, masked_mean, percentile_interval, position_between
 
 from . import verdicts
+from .chance import ChanceTest, above_pvalues, adjusted, chance_settings, chance_test, tost_p
 
 GAMMA = "claim_e_gamma"
 #: The true eigenvectors' values in exact arithmetic, the anchors of the three γ positions
@@ -104,37 +105,25 @@ def subspace_summary(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor) 
     return out
 
 
-def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int) -> list[dict]:
+def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor,
+                 seed: int) -> list[ChanceTest]:
     """γ's tests against chance for every head of a layer (method §4.2, §7.2), on the per-sample
     difference of invariant-subspace residuals ρ(null) − ρ(learned) over the kept samples
     (``keep`` [S, H]): *above chance* (one-sided sign-flip test: the learned span is more nearly
     invariant than the token-shuffled values' span) and *at chance* (TOST with margin
     ``[claim_e_gamma.ours.chance_margin.gamma_subspace_residual]`` of the room between the
-    null's mean residual and 0, :func:`claims.verdicts.absolute_margin`), both BH-adjusted across the
+    null's mean residual and 0, :func:`claims.verdicts.absolute_margin`), both adjusted across the
     layer's heads (``[rule_sets.ours].correction``)."""
-    from checks.nulls import tost_pvalues
-    from checks.stats import adjust_pvalues, sign_flip_pvalues
-
-    settings = verdicts.rule_set_settings()
     diff = (t["gamma_null_subspace"] - t["gamma_learned_subspace"]).to(torch.float64)  # [S, H]
-    resamples = int(settings["permutation_resamples"])
     k = keep.to(torch.float64)
     null_mean = (t["gamma_null_subspace"].to(torch.float64) * k).sum(0) / k.sum(0).clamp_min(1)
     margin = verdicts.absolute_margin(GAMMA, "gamma_subspace_residual", null_mean)  # [H]
     share = float(verdicts.chance_margins(GAMMA)["gamma_subspace_residual"])
-    alpha, correction = float(settings["alpha"]), str(settings["correction"])
-    p = sign_flip_pvalues(diff, keep, seed, resamples)
-    tost = tost_pvalues(diff, keep, margin, seed + 1, resamples)
-    p_adj, tost_adj = adjust_pvalues(p, correction), adjust_pvalues(tost, correction)
+    p = above_pvalues(diff, keep, seed)
+    tost = tost_p(diff, keep, margin, seed + 1)
+    p_adj, tost_adj = adjusted(p), adjusted(tost)
     n = keep.sum(0)
-    # with n samples no sign-flip p-value can fall below 2^-n (method §7.2)
-    can_reject = (0.5 ** n.to(torch.float64)) < alpha
-    return [{"p": float(p[h]),
-             "p_adjusted": float(p_adj[h]), "above_chance": bool(p_adj[h] < alpha),
-             "tost_p": float(tost[h]), "tost_p_adjusted": float(tost_adj[h]),
-             "at_chance": bool(tost_adj[h] < alpha), "margin": float(margin[h]),
-             "margin_share": share,
-             "can_reject": bool(can_reject[h]), "n_samples": int(n[h])}
+    return [chance_test(p[h], p_adj[h], tost[h], tost_adj[h], margin[h], share, int(n[h]))
             for h in range(diff.shape[1])]
 
 
@@ -149,15 +138,15 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
     model run's ``statistics``: the seed names model and layer), where the result is kept under
     (seed, ``keep``, rule-set settings), so that a layer's head tests share one pass; None:
     computed afresh."""
-    settings = verdicts.rule_set_settings()
-    key = ("E-gamma-ci", seed, keep.numpy().tobytes(), tuple(sorted(settings.items())))
+    settings = chance_settings()
+    key = ("E-gamma-ci", seed, keep.numpy().tobytes(), settings)
     if cache is not None and key in cache:
         return cache[key]
-    level = float(settings["confidence"])
+    level = settings.confidence
     k = keep.to(torch.float64)  # [S, H]
     values = torch.stack([t[f"gamma_{name}"].to(torch.float64)
                           for name in ("learned", "eigen", "perturbed")], dim=-1)  # [S, H, 3]
-    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))
+    weights = bootstrap_weights(k.shape[0], seed, settings.bootstrap_resamples)
     sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
         weights.shape[0], *values.shape[1:])
     counts = (weights @ k).unsqueeze(-1)

@@ -7,11 +7,10 @@ import math
 
 import torch
 
-from checks.nulls import tost_pvalues
-from checks.stats import (bootstrap_weights, excess_over_null, percentile_interval,
-                          sign_flip_pvalues)
+from checks.stats import bootstrap_weights, excess_over_null, percentile_interval
 
 from . import verdicts
+from .chance import ChanceTest, above_pvalues, chance_settings, chance_test, tost_p
 from .names import V_MEASURED as METRICS
 
 RULES = "claim_v"  # the section of claims/thresholds.toml that judges claim V
@@ -34,12 +33,12 @@ def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: i
     level). ``per_unit``: one interval set per unit (head level), all units sharing the resamples
     of ``seed``, so that the whole model costs one [R, S] × [S, units × metrics] product and a
     head's interval does not depend on which other heads are selected."""
-    settings = verdicts.rule_set_settings()
-    level = float(settings["confidence"])
+    settings = chance_settings()
+    level = settings.confidence
     names = [n for name in METRICS for n in (name, f"{name}_null")]
     k = keep.to(torch.float64)  # [S, U]
     values = torch.stack([metrics[n].to(torch.float64) for n in names], dim=-1)  # [S, U, M]
-    weights = bootstrap_weights(k.shape[0], seed, int(settings["bootstrap_resamples"]))  # [R, S]
+    weights = bootstrap_weights(k.shape[0], seed, settings.bootstrap_resamples)  # [R, S]
     if per_unit:
         sums = (weights @ (values * k.unsqueeze(-1)).reshape(k.shape[0], -1)).reshape(
             weights.shape[0], *values.shape[1:])  # [R, U, M]
@@ -81,56 +80,27 @@ def chance_pvalues(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: i
     kept samples). ``equivalence``: the p-values of the equivalence test "at chance" instead
     (TOST with the margins of :func:`equivalence_margins`, :func:`checks.nulls.tost_pvalues`;
     a metric without a margin gets p = 1)."""
-    settings = verdicts.rule_set_settings()
     diffs = torch.stack([metrics[m].to(torch.float64) - metrics[f"{m}_null"].to(torch.float64)
                          for m in CHANCE_METRICS], dim=-1)  # [S, U, M]
     s, u, m = diffs.shape
     mask = keep.unsqueeze(-1).expand(s, u, m).reshape(s, u * m)
-    resamples = int(settings["permutation_resamples"])
     if not equivalence:
-        p = sign_flip_pvalues(diffs.reshape(s, u * m), mask, seed, resamples)
-        return p.reshape(u, m)
+        return above_pvalues(diffs.reshape(s, u * m), mask, seed).reshape(u, m)
     margin = equivalence_margins(metrics, keep).reshape(u * m)
     missing = torch.isnan(margin)
-    p = tost_pvalues(diffs.reshape(s, u * m), mask, torch.nan_to_num(margin), seed, resamples)
+    p = tost_p(diffs.reshape(s, u * m), mask, torch.nan_to_num(margin), seed)
     return torch.where(missing, torch.ones_like(p), p).reshape(u, m)
 
 
-def smallest_p(n_kept: int) -> float:
-    """The smallest p-value the sign-flip test can give with ``n_kept`` samples: 2**−n when
-    exact, 1/(R + 1) when Monte Carlo (method §7)."""
-    from checks.stats import EXACT_SIGN_FLIP_MAX_N
-
-    if n_kept <= EXACT_SIGN_FLIP_MAX_N:
-        return 2.0 ** -int(n_kept)
-    return 1.0 / (int(verdicts.rule_set_settings()["permutation_resamples"]) + 1.0)
-
-
 def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int,
-                   tost: torch.Tensor | None = None,
-                   tost_adjusted: torch.Tensor | None = None,
-                   margins: torch.Tensor | None = None) -> dict:
-    """``{metric: {"p", "p_adjusted", "above_chance", "can_reject", "tost_p",
-    "tost_p_adjusted", "at_chance", "margin", "margin_share"}}`` from p-values
-    [len(CHANCE_METRICS)] of the test against chance and (optional) of the equivalence test
-    (method §7.2), whose absolute margins [len(CHANCE_METRICS)] are ``margins``
-    (:func:`equivalence_margins`) and shares of the room ``margin_share``. ``can_reject``
-    is False when even the most extreme data could not reach p < alpha with ``n_kept`` samples
-    (e.g. 2**−4 = 0.0625 with 4): then neither "above chance" nor "at chance" can be shown.
-    "Not above chance" is never read as "at chance": only the equivalence test says that."""
-    alpha = float(verdicts.rule_set_settings()["alpha"])
-    can = smallest_p(n_kept) < alpha
+                   tost: torch.Tensor, tost_adjusted: torch.Tensor,
+                   margins: torch.Tensor | None = None) -> dict[str, ChanceTest]:
+    """``{metric: ChanceTest}`` (:func:`claims.chance.chance_test`) of :data:`CHANCE_METRICS`
+    from their p-values [len(CHANCE_METRICS)] against chance and of the equivalence test, raw
+    and adjusted, with ``n_kept`` samples and the absolute margins ``margins``
+    (:func:`equivalence_margins`; None: none). "Not above chance" is never read as "at chance":
+    only the equivalence test says that (method §7.2)."""
     shares = verdicts.chance_margins(RULES)
-    out = {}
-    for i, m in enumerate(CHANCE_METRICS):
-        entry = {"p": float(p[i]), "p_adjusted": float(p_adjusted[i]),
-                 "above_chance": bool(float(p_adjusted[i]) < alpha), "can_reject": can}
-        if tost is not None:
-            adj = tost if tost_adjusted is None else tost_adjusted
-            entry.update({"tost_p": float(tost[i]), "tost_p_adjusted": float(adj[i]),
-                          "at_chance": bool(can and float(adj[i]) < alpha),
-                          "margin": (None if margins is None or math.isnan(float(margins[i]))
-                                     else float(margins[i])),
-                          "margin_share": shares.get(m)})
-        out[m] = entry
-    return out
+    return {m: chance_test(p[i], p_adjusted[i], tost[i], tost_adjusted[i],
+                           None if margins is None else margins[i], shares.get(m), n_kept)
+            for i, m in enumerate(CHANCE_METRICS)}

@@ -32,7 +32,7 @@ from checks._validation import printable
 
 from .atomic import atomic_write_text
 from .baseline import FREE_OPTIONS, implied_record, with_implied_options
-from .tolerances import ROUND_OFF_FACTOR, TOLERANCES, kind_of, metric_of, rel_diff, round_off_widths
+from .tolerances import ROUND_OFF_FACTOR, TOLERANCES, added_since, kind_of, metric_of, rel_diff, round_off_widths
 
 REPRODUCES, CHANGED, NOT_COMPARABLE, BAD_INPUT = 0, 6, 4, 2
 
@@ -190,12 +190,14 @@ def compare(run: dict, ref: dict) -> Diff:
         d.informational.append(f"option device {opt_ref.get('device')} → {opt_run.get('device')}")
     d.rules = _compare_dicts(ref.get("thresholds") or {}, run.get("thresholds") or {}, "rule")
     # --- the records both hold
-    for rid in sorted(set(recs_run) & set(recs_ref)):
-        _compare_record(d, rid, recs_run[rid], recs_ref[rid])
+    added = sum(_compare_record(d, rid, recs_run[rid], recs_ref[rid])
+                for rid in sorted(set(recs_run) & set(recs_ref)))
+    if added:  # fields newer than the reference (report/tolerances.py ADDED_FIELDS)
+        d.informational.append(f"{added} fields added since the reference, not compared")
     return d
 
 
-def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> None:
+def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> int:
     d.n_records += 1
     if run.get("verdict") != ref.get("verdict") or run.get("verdicts") != ref.get("verdicts"):
         old = ref.get("verdicts") or {"": ref.get("verdict")}
@@ -207,7 +209,8 @@ def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> None:
     a, b = leaves(implied_record(run)), leaves(implied_record(ref))
     widths = round_off_widths(run, ref)  # method §13.2: numbers round-off moves, and how far
     group = d.worst.setdefault((run.get("claim"), run.get("model")), {})
-    for path in sorted(set(a) | set(b)):
+    added = {path for path in set(a) - set(b) if added_since(path)}  # returned, not compared
+    for path in sorted((set(a) | set(b)) - added):
         if path in ("verdict", "outcome") or path.startswith("verdicts."):
             continue  # verdicts are listed above; outcome follows the verdict
         va, vb = a.get(path, "<absent>"), b.get(path, "<absent>")
@@ -241,6 +244,7 @@ def _compare_record(d: Diff, rid: str, run: dict, ref: dict) -> None:
                     p.rel, p.path, p.run, p.ref = r, f"{rid} {path}", fa, fb
         elif va != vb:
             d.exact.append(f"{rid} {path}: {_show(vb)} → {_show(va)}")
+    return len(added)
 
 
 def _env_line(results: dict) -> str:
@@ -362,10 +366,8 @@ def main(argv: list[str]) -> int:
         description="Say whether a run reproduces a reference run: exit 0 it does, 6 a verdict "
                     "or a number left its tolerance, 4 the runs are not comparable (docs/reproduce.md).")
     parser.add_argument("run", type=Path, help="the results.json of your run")
-    parser.add_argument("reference", type=Path,
-                        help="the reference results.json (e.g. reference/results.json)")
-    parser.add_argument("--all", action="store_true",
-                        help="list every difference and every claim × model × metric")
+    parser.add_argument("reference", type=Path, help="the reference results.json (e.g. reference/results.json)")
+    parser.add_argument("--all", action="store_true", help="list every difference and every claim × model × metric")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the differences as JSON to this file")
     args = parser.parse_args(argv)

@@ -169,6 +169,13 @@ KIND_RULES: tuple[tuple[str, str], ...] = (
     ("ci_null.*", "interval"),
 )
 
+#: Fields a reference written before them lacks (method §7.2: every ``vs_null`` entry has the
+#: same fields since issue 46): ``report diff`` counts them where only the run has them, and
+#: compares them, by their kind, where both have them; any other field on one side only differs.
+ADDED_FIELDS = ("vs_null.*.smallest_p", "vs_null.*.n_samples", "output_fit.vs_null.p_adjusted",
+                "output_fit.vs_null.tost_p_adjusted", "output_fit.vs_null.can_reject",
+                "output_fit.vs_null.smallest_p")
+
 _INDEX = re.compile(r"\[\d+\]")
 #: A record's round-off widths and its twin's verdict (method §13.2): estimates, not results.
 _WIDTH_KEYS = ("round_off", "round_off_verdict")
@@ -183,6 +190,11 @@ def kind_of(path: str, value) -> str:
     if isinstance(value, float) and not isinstance(value, bool):
         return "judged"
     return "exact"
+
+
+def added_since(path: str) -> bool:
+    """Whether the leaf at ``path`` is one of :data:`ADDED_FIELDS`."""
+    return any(fnmatch.fnmatchcase(_INDEX.sub("", path), p) for p in ADDED_FIELDS)
 
 
 def rel_diff(a: float, b: float) -> float:

@@ -102,8 +102,9 @@ LONG_FUNCTIONS: dict[str, str] = {
 #: The in-function project imports allowed today, one ``module:function -> imported`` a line.
 INLINE_IMPORTS_FILE = ROOT / "tests" / "data" / "inline_imports.txt"
 #: The most entries its ``[grandfathered]`` section may hold: the 250 found on 2026-11-28, when
-#: the rule came in. Lower it as the list shrinks; never raise it.
-GRANDFATHERED_INLINE_IMPORTS = 250
+#: the rule came in, 239 since the test against chance moved to claims/chance.py (issue 46).
+#: Lower it as the list shrinks; never raise it.
+GRANDFATHERED_INLINE_IMPORTS = 239
 
 
 def layer_of(module: str) -> str:

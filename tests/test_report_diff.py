@@ -152,6 +152,27 @@ def test_a_reference_older_than_an_option_reads_as_its_default():
         check_options({"dtype": "float64", "forward_dtype": "bfloat16"}, {"dtype": "float64"})
 
 
+def test_a_reference_older_than_a_declared_field_is_compared_on_the_rest():
+    """A reference written before every vs_null entry had the same fields (method §7.2,
+    report/tolerances.ADDED_FIELDS): the run's added fields are counted, not compared; where
+    both have them they are compared; a run without them, or with any other new field, differs."""
+    old = _results()
+    old["records"][0]["vs_null"] = {"subspace_overlap": {"p": 0.01, "p_adjusted": 0.02}}
+    new = copy.deepcopy(old)
+    new["records"][0]["vs_null"]["subspace_overlap"].update(smallest_p=0.0156, n_samples=6)
+    d = diff.compare(new, old)
+    assert d.status == diff.REPRODUCES
+    assert d.informational == ["2 fields added since the reference, not compared"]
+    assert diff.compare(old, new).status == diff.CHANGED  # the run lacks fields the reference has
+    moved = copy.deepcopy(new)
+    moved["records"][0]["vs_null"]["subspace_overlap"]["smallest_p"] = 0.5
+    assert diff.compare(moved, new).outside  # compared by its kind where both have it
+    other = copy.deepcopy(old)
+    other["records"][0]["vs_null"]["subspace_overlap"]["q"] = 0.5
+    assert diff.compare(other, old).exact == ["test_value_vectors[m-L00-H1] "
+                                               "vs_null.subspace_overlap.q: <absent> → 0.5"]
+
+
 def test_kinds_and_tolerances_are_declared_once():
     assert kind_of("metrics.optimal_cosine", 0.3) == "judged"
     assert kind_of("ci.optimal_cosine[0]", 0.3) == "interval"

@@ -13,7 +13,7 @@ from checks.gram import KeyGram
 from checks.p2_code import p2_code_metrics, p2_code_values
 from checks.row_similarity import direct_cosine
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_v, value_chance, verdicts
+from claims import chance, claim_v, value_chance, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
@@ -209,8 +209,9 @@ def test_evidence_prints_value_and_interval():
 
 
 def test_too_few_samples_cannot_refute_by_chance_alone():
-    assert value_chance.smallest_p(4) == pytest.approx(0.0625)
-    rec = value_chance.vs_null_record(torch.full((4,), 0.0625), torch.full((4,), 0.0625), 4)
+    assert chance.smallest_p(4) == pytest.approx(0.0625)
+    p = torch.full((4,), 0.0625)
+    rec = value_chance.vs_null_record(p, p, 4, p, p)
     assert not any(t["can_reject"] for t in rec.values())
 
 
