@@ -21,7 +21,7 @@ J_STAGES = {("checks.projection", "log_phi_sq_norm"): "phi",
             ("checks.projection", "h_sq_norm"): "h",
             ("checks.projection", "projection_terms_batched"): "summaries",
             # the output fit (method §3.6): ours only, the loop reference has none
-            ("claims.projection_layer", "output_fit_terms"): "output fit"}
+            ("claims.claim_j_layer", "output_fit_terms"): "output fit"}
 E_STAGES = {**GRAM_STAGES, ("checks.spectrum", "naive_gram_spectrum"): "naive",
             ("checks.gamma", "gamma_spread_batched"): "gamma"}
 

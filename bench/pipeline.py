@@ -91,7 +91,7 @@ STAGES: list[Stage] = [
     # claim J
     *_stages(J_TERMS, ["checks.projection:projection_terms_batched",
                        "checks.projection:log_phi_sq_norm_p1_code"], claim="J"),
-    Stage("claims.projection_layer:output_fit_terms", J_FIT, claim="J", absorb=True),
+    Stage("claims.claim_j_layer:output_fit_terms", J_FIT, claim="J", absorb=True),
     Stage("claims.claim_j:trend_point", J_TREND, claim="J", absorb=True),
     # claim E
     Stage("checks.spectrum:naive_gram_spectrum", E_NAIVE, claim="E"),
@@ -100,10 +100,10 @@ STAGES: list[Stage] = [
     Stage("checks.invariant_subspace:subspace_measures", E_SUBSPACE, claim="E"),
     Stage("checks.gamma_controls:eigen_control_twin", E_TWIN, claim="E", absorb=True),
     # statistics over samples: intervals, tests against chance, equivalence, multiplicity
-    *_stages(STATS, ["claims.value_chance:interval_stats", "claims.value_chance:chance_pvalues",
-                     "claims.value_chance:equivalence_margins", "claims.claim_v:head_statistics",
-                     "claims.gamma_stats:imprecise_overlaps", "claims.gamma_stats:subspace_summary",
-                     "claims.gamma_stats:chance_tests", "claims.gamma_stats:gamma_ci",
+    *_stages(STATS, ["claims.claim_v_chance:interval_stats", "claims.claim_v_chance:chance_pvalues",
+                     "claims.claim_v_chance:equivalence_margins", "claims.claim_v:head_statistics",
+                     "claims.claim_e_gamma_stats:imprecise_overlaps", "claims.claim_e_gamma_stats:subspace_summary",
+                     "claims.claim_e_gamma_stats:chance_tests", "claims.claim_e_gamma_stats:gamma_ci",
                      "claims.claim_j:pooled_ci", "claims.claim_j:output_fit_statistics",
                      "claims.claim_j:token_statistics", "claims.claim_e:route_ci",
                      "checks.spectrum:eigenvalue_statistics", "checks.spectrum:route_comparison",

@@ -3,8 +3,8 @@
 This module holds only their declarations (standard library, no torch), so that ``import claims``
 registers them cheaply, for the report as for the runtime. Each claim's code lives in its own
 modules: ``claims/claim_v.py`` holds claim V's records, verdicts and per-sample rows, and
-``claims/value_layer.py`` its per-layer computation (``layer_metrics``, called by the session);
-likewise ``claim_j.py`` with ``projection_layer.py`` and ``claim_e.py`` with ``gram_layer.py``.
+``claims/claim_v_layer.py`` its per-layer computation (``layer_metrics``, called by the session);
+likewise ``claim_j.py`` with ``claim_j_layer.py`` and ``claim_e.py`` with ``claim_e_layer.py``.
 Their rules are the ``claim_v*``, ``claim_j*`` and ``claim_e*`` sections of
 ``claims/thresholds.toml`` (which section judges which record level: ``record_sections``); their
 tests are the thin ``claims/test_*.py`` named by ``tests``. A claim from outside this
@@ -23,8 +23,8 @@ V = register(ClaimSpec(
               "V̂ = G(I − 11ᵀ/N)A built from the keys' centred Gram eigenvectors.",
     source="P1 §2; P2 finding 1; method §2", unit="head", levels=("head", "model"),
     heads="kv",  # reads keys and values only: one test per KV head (method §5.7)
-    layer_metrics="claims.value_layer:layer_metrics",
-    metrics=V_METRICS, settings="claims.value_layer:cache_settings",
+    layer_metrics="claims.claim_v_layer:layer_metrics",
+    metrics=V_METRICS, settings="claims.claim_v_layer:cache_settings",
     # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
     nonfinite_ok=tuple(f"p2code_{name}" for name in V_P2_CODE_METRICS),
     report_context="report.sections.claim_v_section:context",
@@ -38,7 +38,7 @@ J = register(ClaimSpec(
     statement="J_proj = mean over queries of ‖φ(q)‖² − ‖h‖² is a projection error: "
               "non-negative, and falling over training.",
     source="P1 §2.2.1; P2 finding 2; method §3", unit="layer", levels=("layer", "model", "series"),
-    layer_metrics="claims.projection_layer:layer_metrics",
+    layer_metrics="claims.claim_j_layer:layer_metrics",
     metrics=J_METRICS, report_context="report.sections.claim_j_section:context",
     # per-token tensors are NaN past each sample's own token count (method §3.7); the output fit
     # is NaN for a sample of no more tokens than the head dimension (V̂ undetermined, method §2)
@@ -55,7 +55,7 @@ E = register(ClaimSpec(
               "constant over i for the â recovered from the learned V.",
     source="P1 §2.2.2; P2 finding 3; method §4", unit="head", levels=("head", "model"),
     heads="kv",  # reads keys and values only: one test per KV head (method §5.7)
-    layer_metrics="claims.gram_layer:layer_metrics",
+    layer_metrics="claims.claim_e_layer:layer_metrics",
     report_context="report.sections.claim_e_section:context",
     template="report/templates/sections/claim_e.html.j2", tests="claims/test_gram_spectrum.py",
     # its head records judge γ constancy by their own rules; they have per-sample rows

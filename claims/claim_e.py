@@ -14,12 +14,12 @@ from checks.stats import (bootstrap_indices, masked_mean, percentile_interval, p
 
 from . import claim_v, round_off_widths as round_off, verdicts
 from .chance import chance_settings
-from .gamma_stats import EXACT_EIGEN, chance_tests, gamma_ci, imprecise_overlaps, subspace_summary
+from .claim_e_gamma_stats import EXACT_EIGEN, chance_tests, gamma_ci, imprecise_overlaps, subspace_summary
 from .names import E_ROUTES as ROUTES
 from .records import EHeadRecord, EModelRecord, finite_or_none, head_sample_rows
 
 #: The sections of claims/thresholds.toml that judge claim E: model records, γ head records.
-RULES, GAMMA = "claim_e", "claim_e_gamma"
+SECTION, GAMMA = "claim_e", "claim_e_gamma"
 #: Every pair of routes whose ratio ``max_route_ratio`` takes the largest of (method §4).
 ROUTE_PAIRS = tuple(itertools.combinations(ROUTES, 2))
 
@@ -73,7 +73,7 @@ def _undetermined_model(model: str, layers: list[int], heads: list[int], rules: 
     undefined = {k: why for k in ("raw_vs_standardized_ratio", "max_route_ratio",
                                   "naive_finite_share")}
     metrics = {k: None for k in undefined}
-    v, both = verdicts.judge_both(RULES, metrics, None, rules_name=rules, undefined=undefined)
+    v, both = verdicts.judge_both(SECTION, metrics, None, rules_name=rules, undefined=undefined)
     return EModelRecord(claim="E", level="model", model=model, verdict=v.verdict, verdicts=both,
                         rules=rules, metrics=metrics, layers=layers, heads=heads,
                         evidence=verdicts.format_evidence(v, both=both), undefined=undefined,
@@ -110,7 +110,7 @@ def model_record(model: str, per_layer: dict[int, dict[str, torch.Tensor]], head
     per_sample_finite = torch.cat([t["naive_finite"][:, heads] for t in tensors], dim=1)
     ci = _finite_intervals(route_ci(stats, per_sample_finite, seed_from(f"E-{model}-model")),
                            metrics)
-    v, both = verdicts.judge_both(RULES, metrics, ci, rules_name=rules, undefined=undefined)
+    v, both = verdicts.judge_both(SECTION, metrics, ci, rules_name=rules, undefined=undefined)
     evidence = verdicts.format_evidence(v, ci=ci, both=both)
     notes = construction_notes(per_layer, heads, v.verdict)
     if few is not None:
@@ -189,7 +189,7 @@ def route_ci(stats: dict[str, dict], finite: torch.Tensor, seed: int) -> dict:
 def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
                 rules: str = "ours", cache: dict | None = None) -> EHeadRecord:
     """The γ record of one head (method §4). ``cache``: where the layer's γ intervals, computed
-    for all its heads at once, are kept (:func:`claims.gamma_stats.gamma_ci`): a dict owned by
+    for all its heads at once, are kept (:func:`claims.claim_e_gamma_stats.gamma_ci`): a dict owned by
     the caller in which this model's layer ``layer`` has the fixed tensors ``t``."""
     undetermined = t["undetermined"][:, head]
     keep = ~undetermined

@@ -17,7 +17,7 @@ from .names import J_METRICS
 from .records import JRecord, JTrendRecord
 
 #: The sections of claims/thresholds.toml that judge claim J: layer and model records, the trend.
-RULES, TREND = "claim_j", "claim_j_trend"
+SECTION, TREND = "claim_j", "claim_j_trend"
 
 
 def pooled(layer_terms: list[dict[str, torch.Tensor]], heads: list[int]) -> dict:
@@ -113,14 +113,14 @@ def output_fit_statistics(layer_terms: list[dict[str, torch.Tensor]], heads: lis
                              settings.confidence,
                              n=int(per_sample.shape[0])).tolist()  # none from one sample (§7)
     diff = (per_sample[:, 0] - per_sample[:, 1]).unsqueeze(1)
-    margin = float(verdicts.absolute_margin(RULES, "output_r2", float(mean[1])))
+    margin = float(verdicts.absolute_margin(SECTION, "output_r2", float(mean[1])))
     p = float(above_pvalues(diff, None, seed)[0])
     p_tost = float(tost_p(diff, None, margin, seed)[0])
     return {"output_r2": float(mean[0]), "output_r2_null": float(mean[1]),
             "output_r2_excess": float(excess_over_null(float(mean[0]), float(mean[1]))),
             "ci": {"output_r2": ci[0], "output_r2_excess": ci[2]}, "ci_null": ci[1],
             "vs_null": chance_test(p, p, p_tost, p_tost, margin,
-                                   verdicts.chance_margins(RULES)["output_r2"],
+                                   verdicts.chance_margins(SECTION)["output_r2"],
                                    int(per_sample.shape[0])),
             **({"excluded": excluded} if excluded else {})}
 
@@ -146,7 +146,7 @@ def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
     short = fit.get("undetermined") if fit is not None else None
     if short is not None:  # no sample to fit: V̂ has fewer than d columns in every one
         fit = None
-    min_room = float(verdicts.load_thresholds()[RULES]["ours"]["min_room"])
+    min_room = float(verdicts.load_thresholds()[SECTION]["ours"]["min_room"])
     if short is not None:
         for name in OURS_METRICS:
             metrics[name] = None
@@ -173,7 +173,7 @@ def _record(level: str, model: str, layer, values: dict, ci: dict | None = None,
         for name in OURS_METRICS:
             metrics[name] = None
             undefined[name] = "no per-token terms or output fit in these layer terms"
-    v, both = verdicts.judge_both(RULES, metrics, ci, rules_name=rules, undefined=undefined,
+    v, both = verdicts.judge_both(SECTION, metrics, ci, rules_name=rules, undefined=undefined,
                                   at_chance=at_chance)
     if tokens is not None:
         extra["tokens"] = tokens
@@ -226,7 +226,7 @@ def fit_excess(point: dict) -> float | None:
     """The output fit's excess (R² − null)/(1 − null) of one checkpoint (method §3.6), or None
     when the checkpoint has no fit or its null leaves less room than ``[claim_j.ours] min_room``."""
     r2, null = point.get("output_r2"), point.get("output_r2_null")
-    min_room = float(verdicts.load_thresholds()[RULES]["ours"]["min_room"])
+    min_room = float(verdicts.load_thresholds()[SECTION]["ours"]["min_room"])
     if r2 is None or null is None or not (math.isfinite(r2) and math.isfinite(null)) \
             or 1.0 - null < min_room:
         return None

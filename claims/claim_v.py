@@ -11,13 +11,13 @@ from .chance import adjusted, chance_settings
 from .names import V_MEASURED
 from .names import V_P2_CODE_METRICS as P2_CODE_METRICS
 from .records import VRecord, finite_or_none, head_sample_rows
-from .value_chance import (RULES, CHANCE_METRICS, chance_pvalues, equivalence_margins,
+from .claim_v_chance import (SECTION, CHANCE_METRICS, chance_pvalues, equivalence_margins,
                            interval_stats, vs_null_record)
 METRICS = V_MEASURED
 
 
 def _undetermined_max_share() -> float:
-    return float(verdicts.load_thresholds()[RULES]["undetermined"]["max_share"])
+    return float(verdicts.load_thresholds()[SECTION]["undetermined"]["max_share"])
 
 
 def summarize(metrics: dict[str, torch.Tensor], keep: torch.Tensor) -> dict:
@@ -109,7 +109,7 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
 
 def degenerate_bar() -> float:
     """``[claim_v.degenerate] max_effective_rows`` (method §2.2)."""
-    return float(verdicts.load_thresholds()[RULES]["degenerate"]["max_effective_rows"])
+    return float(verdicts.load_thresholds()[SECTION]["degenerate"]["max_effective_rows"])
 
 
 def degeneracy(effective_rows: torch.Tensor | None, keep: torch.Tensor) -> tuple[float | None, bool]:
@@ -180,7 +180,7 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
     above = ({m: t["above_chance"] for m, t in vs_null.items()}
              if all(t.get("can_reject", True) for t in vs_null.values()) else None)
     at = {m: bool(t.get("at_chance")) for m, t in vs_null.items()}
-    v, both = verdicts.judge_both(RULES, summary["metrics"], stats["ci"], above, rules,
+    v, both = verdicts.judge_both(SECTION, summary["metrics"], stats["ci"], above, rules,
                                   at_chance=at)
     return {"verdict": v.verdict, "verdicts": both, "rules": rules, **summary, **stats,
             "vs_null": vs_null, "n_samples": n_total, "n_undetermined": n_undet,
@@ -198,7 +198,7 @@ def _p2_evidence(summary: dict, rules: str) -> str:
     chosen verdict's evidence, so a reader sees both (method §7.3)."""
     if rules == "p2":
         return ""
-    p2 = verdicts.judge(RULES, summary["metrics"])
+    p2 = verdicts.judge(SECTION, summary["metrics"])
     return ("\n  P2's rules on P2's metrics (rule set p2, means):\n"
             + verdicts.format_evidence(p2, summary["null"]))
 

@@ -248,7 +248,7 @@ def v_bounded(model: str, per_layer: dict, heads: list[int],
     from . import claim_v
 
     if any(r.metric in V_UPPER for kind in ("supported", "refuted")
-           for r in verdicts.ours_rules(claim_v.RULES, kind)):
+           for r in verdicts.ours_rules(claim_v.SECTION, kind)):
         return None, None
     base = {l: {n: t for n, t in m.items() if n not in V_UPPER.values()}
             for l, m in per_layer.items()}
@@ -263,7 +263,7 @@ def v_bounded(model: str, per_layer: dict, heads: list[int],
         if rec["verdicts"]["p2"] == verdicts.UNDETERMINED:  # not judged: no bar is applied
             return True
         metrics = {**rec["metrics"], "optimal_cosine": upper_mean(values, undetermined)}
-        return verdicts.judge(claim_v.RULES, metrics).verdict == rec["verdicts"]["p2"]
+        return verdicts.judge(claim_v.SECTION, metrics).verdict == rec["verdicts"]["p2"]
 
     hi = torch.cat([per_layer[l]["optimal_cosine_hi"][:, heads] for l in layers], dim=1)
     undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)

@@ -63,6 +63,14 @@ def _metrics_of(path: Path, name: str, data: dict) -> dict[tuple, dict]:
     return out
 
 
+def _declared(claim: str) -> dict:
+    """A claim's record functions (``ClaimSpec.records``); none for a claim not registered."""
+    try:
+        return get(claim).records
+    except KeyError:
+        return {}
+
+
 def _finish(record, decorations: dict) -> dict:
     """A rebuilt record as the run writes it: JSON, undefined intervals said, the run's fields
     and the test's outcome (pass when supported, skip when undetermined, else fail)."""
@@ -106,8 +114,13 @@ def rebuilt_records(inputs: list[tuple[Path, dict]], names: list[str]) -> list[d
     for shard, data in shards:
         for rec in data["records"]:
             model, claim, level = rec["model"], rec["claim"], rec.get("level")
-            if level not in get(claim).records:
-                out.append(rec)
+            if level not in _declared(claim):
+                if level == "model":
+                    raise MergeError(
+                        f"claim {claim} declares no record functions (ClaimSpec.records), so its "
+                        f"model record of {model} cannot be rebuilt over every layer: run that "
+                        "model in one job, or declare them")
+                out.append(rec)  # a trend's series record (shard 1), or a claim's own records
                 continue
             if (model, claim, level, rec.get("layer"), rec.get("head")) in done:
                 continue  # a model record: one per shard, rebuilt once

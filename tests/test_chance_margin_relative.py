@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from claims import claim_j, claim_v, gamma_stats, verdicts
+from claims import claim_j, claim_v, claim_e_gamma_stats, verdicts
 
 F64 = torch.float64
 S = 20
@@ -51,7 +51,7 @@ def test_gamma_margin_is_a_share_of_the_residual_room_below_the_null():
     for null in (0.05, 0.5, 2.0):
         t = {"gamma_null_subspace": torch.full((S, 1), null, dtype=F64),
              "gamma_learned_subspace": _around(0.7 * null, 0.05 * null, 3)}
-        test = gamma_stats.chance_tests(t, torch.ones(S, 1, dtype=torch.bool), 0)[0]
+        test = claim_e_gamma_stats.chance_tests(t, torch.ones(S, 1, dtype=torch.bool), 0)[0]
         assert test["margin"] == pytest.approx(0.1 * null)
         assert test["at_chance"] is False and test["above_chance"] is True, (null, test)
 

@@ -310,7 +310,7 @@ def test_term_attribution_known_answers():
 
 @pytest.mark.parametrize("n", [65, 79, 80])
 def test_output_fit_of_one_head_alone_agrees_with_the_same_head_inside_a_batch(n):
-    """claims.projection_layer.output_fit_terms gives a head alone ([1, 1, n, d], as a
+    """claims.claim_j_layer.output_fit_terms gives a head alone ([1, 1, n, d], as a
     --max-memory split gives it) the numbers it has inside a batch of 2 samples × 5 heads, and in
     the reversed head order, within tests._helpers.cross_path_terms (1e-12 relative; method §6.1).
     Odd n is the case where the bits may differ: every second n×n matrix of the batch does not
@@ -319,7 +319,7 @@ def test_output_fit_of_one_head_alone_agrees_with_the_same_head_inside_a_batch(n
     explicitly centred Gram (bench.loop_reference_kpca), then checks.output_fit.kpca_output_fit."""
     from checks.nulls import shuffled_token_null, token_permutations
     from checks.output_fit import kpca_output_fit
-    from claims.projection_layer import output_fit_terms
+    from claims.claim_j_layer import output_fit_terms
 
     b, h, d = 2, 5, 32
     q, k, v = (randn(b, h, n, d, seed=n + i) for i in range(3))

@@ -158,7 +158,7 @@ def test_a_spec_may_give_its_computation_as_a_callable():
         return {}
 
     assert registry.resolve(compute) is compute
-    assert registry.resolve("claims.value_layer:layer_metrics").__name__ == "layer_metrics"
+    assert registry.resolve("claims.claim_v_layer:layer_metrics").__name__ == "layer_metrics"
 
 
 def test_the_built_in_claims_carry_their_method_version_sections_and_sample_rows():
@@ -246,8 +246,8 @@ def test_the_cache_key_of_a_claims_metrics_covers_its_own_code(tmp_path):
 
     from fixtures.engine.model_run import _claim_code
 
-    assert _claim_code(registry.get("V")) == ("fixtures.engine.model_run", "claims.value_layer")
-    assert _claim_code(registry.get("J"))[-1] == "claims.projection_layer"
+    assert _claim_code(registry.get("V")) == ("fixtures.engine.model_run", "claims.claim_v_layer")
+    assert _claim_code(registry.get("J"))[-1] == "claims.claim_j_layer"
     assert "fixtures.engine.rpc_study" in _claim_code(registry.get("R"))
     # a claim defined outside the project: its file, by absolute path
     (tmp_path / "my_claim.py").write_text("def layer_metrics(ctx):\n    return {}\n")

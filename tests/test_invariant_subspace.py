@@ -11,7 +11,7 @@ from checks.gamma import gamma_spread_batched, recover_axes
 from checks.gram import KeyGram
 from checks.invariant_subspace import invariance_overlap, invariant_subspace_residual
 from checks.nulls import shuffled_token_null, token_permutations
-from claims import claim_e, gram_layer, verdicts
+from claims import claim_e, claim_e_layer, verdicts
 
 F64 = torch.float64
 
@@ -72,7 +72,7 @@ def _head(k: torch.Tensor, v: torch.Tensor, seed: int = 0) -> dict:
     kk, vv = k.unsqueeze(1), v.unsqueeze(1)
     g = gamma_spread_batched(kk, vv, seed=seed,
                              null_perm=token_permutations(k.shape[-2], seed + 1, kk.shape[:-2]))
-    t = {"undetermined": g["undetermined"], **gram_layer.gamma_terms(g)}
+    t = {"undetermined": g["undetermined"], **claim_e_layer.gamma_terms(g)}
     return claim_e.head_record("synthetic", 0, 0, t, rules="ours").to_json()
 
 

@@ -18,7 +18,7 @@ from checks.errors import UndefinedValueError, defined
 from checks.gram import KeyGram
 from checks.projection_summary import pooled_terms, spearman_rho
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_e, claim_j, claim_r, claim_v, gamma_stats, outcome, verdicts
+from claims import claim_e, claim_j, claim_r, claim_v, claim_e_gamma_stats, outcome, verdicts
 from tests._helpers import F64
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -552,7 +552,7 @@ def _chance_margin_probe(path, tmp_path, monkeypatch):
         keep = torch.ones(20, 1, dtype=torch.bool)
 
         def at_chance():
-            return gamma_stats.chance_tests(t, keep, 0)[0]["at_chance"]
+            return claim_e_gamma_stats.chance_tests(t, keep, 0)[0]["at_chance"]
     else:
         terms = _j_ours_terms({"output_r2": 0.0}, samples=20, spread=0.01)
 
@@ -573,10 +573,10 @@ def _margin_best_probe(path, tmp_path, monkeypatch):
     keep = torch.ones(8, 1, dtype=torch.bool)
     assert claim == "claim_e_gamma" and metric == "gamma_subspace_residual", path
     share = verdicts.chance_margins(claim)[metric]
-    before = gamma_stats.chance_tests(t, keep, 0)[0]["margin"]
+    before = claim_e_gamma_stats.chance_tests(t, keep, 0)[0]["margin"]
     assert before == pytest.approx(share * 0.3)
     monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 1.0))
-    assert gamma_stats.chance_tests(t, keep, 0)[0]["margin"] == pytest.approx(share * 0.7)
+    assert claim_e_gamma_stats.chance_tests(t, keep, 0)[0]["margin"] == pytest.approx(share * 0.7)
 
 
 def _min_room_probe(path, tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_v, value_layer, verdicts
+from claims import claim_v, claim_v_layer, verdicts
 from claims import multiverse as mv
 from fixtures.engine import multiverse_v_grid as fmv
 from fixtures.engine.layer_context import LayerContext
@@ -33,7 +33,7 @@ def grids():
                 matched[key] = fmv.with_matched(bounded[key], {
                     "optimal_cosine": exact[conv],
                     "optimal_cosine_null": exact[conv if null == "token-shuffled" else "random-basis"]})
-    main = value_layer.layer_metrics(LayerContext(run, 0, run.prepare()))
+    main = claim_v_layer.layer_metrics(LayerContext(run, 0, run.prepare()))
     assert not errors
     return run, bounded, matched, main
 

@@ -14,7 +14,7 @@ from checks.gram import KeyGram
 from checks.nulls import rejection_rate, token_permutations, tost_pvalues
 from checks.stats import sign_flip_pvalues
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_v, projection_layer, verdicts
+from claims import claim_v, claim_j_layer, verdicts
 
 HEADS, S, N, D = 200, 20, 65, 32
 F64 = torch.float64
@@ -66,7 +66,7 @@ def output_fit_pvalues():
         for i, (g, k, v) in enumerate(_chunks(12, independent)):
             q = k + 0.5 * torch.randn(k.shape, generator=g, dtype=F64)
             v_hat = KeyGram(k).kpca_values()
-            fit = projection_layer.output_fit_terms(q, k, v_hat if v is None else v, D ** -0.5, "p2",
+            fit = claim_j_layer.output_fit_terms(q, k, v_hat if v is None else v, D ** -0.5, "p2",
                                            token_permutations(N, 6 + i, (S, CHUNK)))
             diffs.append(fit["r2"] - fit["r2_null"])
             nulls.append(fit["r2_null"])

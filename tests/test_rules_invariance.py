@@ -112,7 +112,7 @@ def test_small_noise_keeps_support_and_the_true_null_is_refuted_at_chance(record
 
 def j_terms(v_of, key_scale: float = 1.0, seed: int = 3) -> dict[str, torch.Tensor]:
     """claim J's layer terms [S, 1, ...] for one head whose values are ``v_of(k, v_hat)``."""
-    from claims.projection_layer import batch_terms
+    from claims.claim_j_layer import batch_terms
 
     g = torch.Generator().manual_seed(seed)
     k = torch.randn(S, 1, N, D, generator=g, dtype=F64) * key_scale
@@ -170,14 +170,14 @@ def test_every_claim_j_record_carries_its_per_token_statistics(j_records):
 def gamma_records():
     from checks.degenerate import effective_rows
     from checks.gamma import gamma_spread_batched
-    from claims import claim_e, gram_layer
+    from claims import claim_e, claim_e_layer
 
     k, v, names = synthetic_layer(seed=2)
     kk = k.unsqueeze(1).expand(-1, v.shape[1], -1, -1)
     g = gamma_spread_batched(kk, v, seed=0,
                              null_perm=token_permutations(kk.shape[-2], 3, kk.shape[:-2]))
     t = {"undetermined": g["undetermined"], "effective_rows": effective_rows(KeyGram(kk).log_g),
-         **gram_layer.gamma_terms(g)}
+         **claim_e_layer.gamma_terms(g)}
     return {name: claim_e.head_record("synthetic", 0, i, t) for i, name in enumerate(names)}
 
 

@@ -13,7 +13,7 @@ from checks.gram import KeyGram
 from checks.p2_code import p2_code_metrics, p2_code_values
 from checks.row_similarity import direct_cosine
 from checks.value_vectors import value_vector_metrics_batched
-from claims import chance, claim_v, value_chance, verdicts
+from claims import chance, claim_v, claim_v_chance, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
@@ -61,10 +61,10 @@ def test_sign_flip_test_is_calibrated_when_v_is_no_closer_than_chance(n_samples)
     for head in range(200):
         pair = torch.distributions.Beta(2.0, 5.0).sample((2, n_samples, 1, 4))  # skewed metric
         metrics = {}
-        for i, m in enumerate(value_chance.CHANCE_METRICS):
+        for i, m in enumerate(claim_v_chance.CHANCE_METRICS):
             metrics[m], metrics[f"{m}_null"] = pair[0, :, :, i], pair[1, :, :, i]
         keep = torch.ones(n_samples, 1, dtype=torch.bool)
-        ps.append(value_chance.chance_pvalues(metrics, keep, seed=head + 1000 * n_samples)[0])
+        ps.append(claim_v_chance.chance_pvalues(metrics, keep, seed=head + 1000 * n_samples)[0])
     p = torch.cat(ps)
     assert 0.02 <= float((p < 0.05).to(torch.float64).mean()) <= 0.08
     assert 0.14 <= float((p < 0.2).to(torch.float64).mean()) <= 0.26
@@ -111,7 +111,7 @@ def _layer_dict(k: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
 def test_per_model_statistics_live_in_the_callers_cache_not_in_the_process():
     """claim V's tests against chance across a model's heads are kept where the caller says (a
     model run's ``statistics``), computed once there; without one they are computed afresh."""
-    from claims import claim_e, gamma_stats
+    from claims import claim_e, claim_e_gamma_stats
 
     gen = torch.Generator().manual_seed(1)
     k = torch.randn(6, 12, 4, generator=gen, dtype=torch.float64)
@@ -123,7 +123,7 @@ def test_per_model_statistics_live_in_the_callers_cache_not_in_the_process():
     assert fresh is not first and fresh == first
     other = {0: {name: t.clone() for name, t in layer.items()}}
     assert claim_v.head_statistics("m", other, [0]) == first  # equal tensors, same statistics
-    assert not [n for n in (*vars(claim_v), *vars(claim_e), *vars(gamma_stats))
+    assert not [n for n in (*vars(claim_v), *vars(claim_e), *vars(claim_e_gamma_stats))
                 if n.endswith("_CACHE")]
 
 
@@ -139,7 +139,7 @@ def test_a_head_whose_v_is_v_hat_is_supported_with_its_ci_at_one_and_above_chanc
     for metric in ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap"):
         lo, hi = rec["ci"][metric]
         assert lo == pytest.approx(1.0, abs=1e-9) and hi == pytest.approx(1.0, abs=1e-9)
-    for metric in value_chance.CHANCE_METRICS:  # the optimal cosine ignores token order: no test
+    for metric in claim_v_chance.CHANCE_METRICS:  # the optimal cosine ignores token order: no test
         assert rec["vs_null"][metric]["above_chance"]
         assert rec["vs_null"][metric]["p"] == pytest.approx(2 ** -8)
         assert rec["vs_null"][metric]["at_chance"] is False
@@ -211,7 +211,7 @@ def test_evidence_prints_value_and_interval():
 def test_too_few_samples_cannot_refute_by_chance_alone():
     assert chance.smallest_p(4) == pytest.approx(0.0625)
     p = torch.full((4,), 0.0625)
-    rec = value_chance.vs_null_record(p, p, 4, p, p)
+    rec = claim_v_chance.vs_null_record(p, p, 4, p, p)
     assert not any(t["can_reject"] for t in rec.values())
 
 

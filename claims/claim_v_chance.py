@@ -13,7 +13,7 @@ from . import verdicts
 from .chance import ChanceTest, above_pvalues, chance_settings, chance_test, tost_p
 from .names import V_MEASURED as METRICS
 
-RULES = "claim_v"  # the section of claims/thresholds.toml that judges claim V
+SECTION = "claim_v"  # the section of claims/thresholds.toml that judges claim V
 
 
 #: The metrics tested against their null (method §7.2): the judged subspace overlap, and P2's
@@ -64,11 +64,11 @@ def equivalence_margins(metrics: dict[str, torch.Tensor], keep: torch.Tensor) ->
     mean over the unit's kept samples (:func:`claims.verdicts.absolute_margin`, method §7.2)."""
     k = keep.to(torch.float64)  # [S, U]
     count = k.sum(0).clamp_min(1)
-    shares = verdicts.chance_margins(RULES)
+    shares = verdicts.chance_margins(SECTION)
     cols = []
     for name in CHANCE_METRICS:
         null_mean = (metrics[f"{name}_null"].to(torch.float64) * k).sum(0) / count  # [U]
-        cols.append(verdicts.absolute_margin(RULES, name, null_mean) if name in shares
+        cols.append(verdicts.absolute_margin(SECTION, name, null_mean) if name in shares
                     else torch.full_like(null_mean, math.nan))
     return torch.stack(cols, dim=-1)
 
@@ -100,7 +100,7 @@ def vs_null_record(p: torch.Tensor, p_adjusted: torch.Tensor, n_kept: int,
     and adjusted, with ``n_kept`` samples and the absolute margins ``margins``
     (:func:`equivalence_margins`; None: none). "Not above chance" is never read as "at chance":
     only the equivalence test says that (method §7.2)."""
-    shares = verdicts.chance_margins(RULES)
+    shares = verdicts.chance_margins(SECTION)
     return {m: chance_test(p[i], p_adjusted[i], tost[i], tost_adjusted[i],
                            None if margins is None else margins[i], shares.get(m), n_kept)
             for i, m in enumerate(CHANCE_METRICS)}
