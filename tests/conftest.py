@@ -11,18 +11,6 @@ import pytest
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Under xdist, each worker of ``pytest tests/ -n 2`` computes on one intra-op thread, as a
-    worker of ``pytest claims/`` does (fixtures/plugin/configure.py): torch's default pool (one
-    thread per core) in each of two workers on two cores puts two OpenMP pools on each core, and
-    their threads wait on each other: tests/test_null_calibration.py's batched eigensolvers took
-    400-560 s of fixture setup so. A serial run (``-n 0``) keeps torch's default."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        import torch
-
-        torch.set_num_threads(1)
-
-
 @pytest.fixture(autouse=True)
 def _nested_runs_get_one_thread(monkeypatch):
     """Under xdist, every process a test starts (a ``pytest claims/`` run through pytester, a
@@ -35,10 +23,6 @@ def _nested_runs_get_one_thread(monkeypatch):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         for name in THREAD_VARIABLES:
             monkeypatch.setenv(name, "1")
-        import torch
-
-        if torch.get_num_threads() != 1:  # a test that set its own count leaves it behind
-            torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
