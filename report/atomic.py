@@ -22,15 +22,17 @@ def umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path):
-    """``with atomic_open(path) as f: f.write(...)``: a text file (UTF-8, ``\\n`` line ends) that
-    appears at ``path`` only when the block ends without an error; its folder is created."""
+def atomic_open(path: str | Path, binary: bool = False):
+    """``with atomic_open(path) as f: f.write(...)``: a text file (UTF-8, ``\\n`` line ends), or
+    with ``binary`` a bytes file, that appears at ``path`` only when the block ends without an
+    error; its folder is created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~umask())
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        with (os.fdopen(fd, "wb") if binary else
+              os.fdopen(fd, "w", encoding="utf-8", newline="\n")) as f:
             fd = None
             yield f
             f.flush()
@@ -41,6 +43,13 @@ def atomic_open(path: str | Path):
             os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically, creating its folder."""
+    with atomic_open(path, binary=True) as f:
+        f.write(data)
+    return Path(path)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
