@@ -30,7 +30,8 @@ V = register(ClaimSpec(
     report_context="report.sections.claim_v_section:context",
     template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py",
     method_version="1", sample_rows="claims.claim_v:sample_rows",
-    records={"head": "claims.claim_v:record_for_head", "model": "claims.claim_v:record_for_model"}))
+    records={"head": "claims.claim_v:record_for_head", "model": "claims.claim_v:record_for_model"},
+    controls="claims.claim_v_controls:expectations"))  # expected verdicts on the controls (§12)
 
 J = register(ClaimSpec(
     id="J", section="claim_j",
@@ -46,7 +47,8 @@ J = register(ClaimSpec(
                   "output_r2_null"),
     template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py",
     method_version="1", record_sections={"series": "claim_j_trend"},
-    records={"layer": "claims.claim_j:record_for_layer", "model": "claims.claim_j:record_for_model"}))
+    records={"layer": "claims.claim_j:record_for_layer", "model": "claims.claim_j:record_for_model"},
+    controls="claims.claim_j_controls:expectations"))  # expected verdicts on the controls (§12)
 
 E = register(ClaimSpec(
     id="E", section="claim_e",
@@ -61,7 +63,8 @@ E = register(ClaimSpec(
     # its head records judge γ constancy by their own rules; they have per-sample rows
     method_version="1", record_sections={"head": "claim_e_gamma"},
     sample_rows="claims.claim_e:sample_rows",
-    records={"head": "claims.claim_e:record_for_head", "model": "claims.claim_e:record_for_model"}))
+    records={"head": "claims.claim_e:record_for_head", "model": "claims.claim_e:record_for_model"},
+    controls="claims.claim_e_controls:expectations"))  # expected verdicts on the controls (§12)
 
 R = register(ClaimSpec(
     id="R", section="claim_r",

@@ -103,6 +103,18 @@ class ClaimSpec:
         head of a group), so that it is judged once per (layer, KV head), test id
         ``model-Lxx-KVy``; ``"query"`` (the default) when it reads the queries, once per query
         head (``model-Lxx-Hz``), query head h reading KV head h // n_rep.
+    controls : str, callable or None
+        ``"module:function"`` (or the function) returning its expected verdicts on the controls
+        (method §12), under the rule set ``ours``: ``{kind: {level: (verdicts, why)}}``. The kinds
+        are the ladder members' names (``fixtures.models.families.kpca_oracle.MEMBERS``:
+        ``"vhat"``, ``"rotated"``, ..., ``"null"``, ``"random-init"``, ``"random-init-p1"``,
+        ``"keys-p1"``) and ``"random-init-model"`` (the default run's random-initialised
+        models); ``verdicts`` a tuple drawn from ``"supported"``, ``"refuted"``,
+        ``"inconclusive"``, ``"undetermined"`` (empty: no expectation), ``why`` one sentence
+        saying why. A kind or level it leaves out has no expectation. Checked where it is used
+        (:func:`fixtures.plugin.control_outcomes.expectation`): an unknown kind, a level not
+        among its ``levels`` or an unknown verdict word is a ValueError naming the claim.
+        None: no expectation on any control (claims/claim_v_controls.py is an example).
     """
 
     id: str
@@ -127,6 +139,7 @@ class ClaimSpec:
     sample_rows: str | Callable | None = None
     heads: str = "query"
     records: dict[str, str] = field(default_factory=dict)
+    controls: str | Callable | None = None
 
     def __post_init__(self) -> None:
         if self.heads not in ("query", "kv"):

@@ -11,11 +11,14 @@ import pytest
 import torch
 
 from checks.gram import KeyGram
+from claims import registry as claims_registry
 from claims.records import VERDICTS
+from claims.registry import ClaimSpec
 from fixtures.models import controls, catalogue as registry
 from fixtures.models.capture import capture_qkv
 from fixtures.models.families import kpca_oracle as oracle
 from fixtures.models.loading import load_model
+from fixtures.plugin.control_outcomes import expectation
 from fixtures.plugin.state import EXIT_INSTRUMENT_FAILURE
 from fixtures.plugin.terminal import control_lines, verdict_table
 from report.summary import summary
@@ -23,6 +26,19 @@ from report.summary import summary
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
 F64 = torch.float64
+#: The (claim, level) units the built-in claims declare expectations for (ClaimSpec.controls).
+UNITS = (("V", "head"), ("V", "model"), ("J", "layer"), ("J", "model"), ("E", "model"),
+         ("E", "head"))
+
+
+def _expect(key: str, claim: str, level: str) -> controls.Expectation:
+    """Control ``key``'s expectation for (claim, level), as a run looks it up."""
+    return expectation(controls.control_of(key), claim, level)
+
+
+def annotate(record: dict, model: str, bars=None) -> dict:
+    """:func:`controls.annotate` with the run's lookup of the claims' declared expectations."""
+    return controls.annotate(record, model, bars, expect=expectation)
 
 
 def _images(n: int = 3, seed: int = 0) -> torch.Tensor:
@@ -166,43 +182,47 @@ def test_every_ladder_member_is_registered_in_the_controls_group_with_expectatio
         assert (spec.n_layers, spec.n_heads, spec.head_dim) == (2, 4, 8)
         control = controls.control_of(key)
         assert control.role in controls.ROLES
-        for unit in controls.UNITS:
-            exp = control.expectation(*unit)
+        for unit in UNITS:
+            exp = _expect(key, *unit)
             assert set(exp.verdicts) <= set(VERDICTS) and exp.why
+    # each built-in claim declares every control kind, at every level it expects of a control
+    for claim in ("V", "J", "E"):
+        table = claims_registry.resolve(claims_registry.get(claim).controls)()
+        assert set(table) == set(controls.KINDS), claim
+        assert {(claim, lv) for per in table.values() for lv in per} <= set(UNITS), claim
     for key in ("control-vit_tiny_patch16_224", "control-bert-minilm-shape"):
         assert controls.control_of(key).role == "negative"
         # not true nulls (values and keys share X's dominant subspace, method §12.5)
-        assert controls.control_of(key).expectation("V", "head").verdicts == controls.NOT_SUPPORTED
+        assert _expect(key, "V", "head").verdicts == controls.NOT_SUPPORTED
         # γ: the span holds X's dominant directions (small ρ) but is not invariant direction by
         # direction (ω), method §4.2, §12.5
-        assert controls.control_of(key).expectation("E", "head").verdicts == controls.NOT_SUPPORTED
+        assert _expect(key, "E", "head").verdicts == controls.NOT_SUPPORTED
     assert controls.control_of("all-MiniLM-L6-v2") is None
 
 
 def test_positive_controls_expect_support_and_negatives_refutation():
-    for name, (role, _, _) in controls.LADDER.items():
-        control = controls.control_of(controls.ladder_key(name))
+    for name, (role, _) in controls.LADDER.items():
+        key = controls.ladder_key(name)
         if role == "positive":
-            assert all(control.expectation(*u).verdicts == ("supported",) for u in controls.UNITS)
+            assert all(_expect(key, *u).verdicts == ("supported",) for u in UNITS)
         elif role == "negative":
             if name != "keys-p1":  # V = K·R: no expectation for V and γ (method §12.4)
                 for unit in (("V", "head"), ("V", "model"), ("E", "head")):
-                    assert control.expectation(*unit).verdicts == ("refuted",)
-            assert "supported" not in control.expectation("J", "layer").verdicts
-            assert "supported" not in control.expectation("J", "model").verdicts
+                    assert _expect(key, *unit).verdicts == ("refuted",)
+            assert "supported" not in _expect(key, "J", "layer").verdicts
+            assert "supported" not in _expect(key, "J", "model").verdicts
     # the true null: claim J's output fit is at chance, shown by the equivalence test (§3.6) for
     # the model; a single layer's interval is wider than the relative margin (§12.4)
-    null = controls.control_of(controls.ladder_key("null"))
-    assert null.expectation("J", "model").verdicts == ("refuted",)
-    assert null.expectation("J", "layer").verdicts == controls.NOT_SUPPORTED
+    null = controls.ladder_key("null")
+    assert _expect(null, "J", "model").verdicts == ("refuted",)
+    assert _expect(null, "J", "layer").verdicts == controls.NOT_SUPPORTED
     assert {"vhat", "rotated", "mixed-cond1000", "scaled-1000", "signs", "permuted"} <= {
-        n for n, (role, _, _) in controls.LADDER.items() if role == "positive"}
-    assert {n for n, (role, _, _) in controls.LADDER.items() if role == "negative"} == {
+        n for n, (role, _) in controls.LADDER.items() if role == "positive"}
+    assert {n for n, (role, _) in controls.LADDER.items() if role == "negative"} == {
         "null", "random-init", "random-init-p1", "keys-p1"}
     # the negatives at P1's kernel (raw q, k; s = 1/sqrt(d)) exist for claim J's specificity
     for name in ("random-init-p1", "keys-p1"):
-        control = controls.control_of(controls.ladder_key(name))
-        assert control.expectation("J", "layer").verdicts == controls.NOT_SUPPORTED
+        assert _expect(controls.ladder_key(name), "J", "layer").verdicts == controls.NOT_SUPPORTED
 
 
 # ------------------------------------------------------------------------------ plumbing
@@ -213,18 +233,18 @@ def _record(model, verdict, claim="V", level="head", layer=0, head=0, ours=None)
 
 
 def test_annotate_records_role_and_expected_verdict_beside_the_verdict():
-    assert controls.annotate(_record("all-MiniLM-L6-v2", "refuted"), "all-MiniLM-L6-v2") == \
+    assert annotate(_record("all-MiniLM-L6-v2", "refuted"), "all-MiniLM-L6-v2") == \
         _record("all-MiniLM-L6-v2", "refuted")
-    ok = controls.annotate(_record("kpca-oracle-null", "refuted"), "kpca-oracle-null")
+    ok = annotate(_record("kpca-oracle-null", "refuted"), "kpca-oracle-null")
     assert ok["control"] == "negative"
     assert ok["expected"] == {"verdict": "refuted", "verdicts": ["refuted"], "rules": "ours",
                               "got": "refuted", "met": True, "why": ok["expected"]["why"],
                               "outcome": "as_expected"}
     # the expectation is stated for 'ours', whatever --rules chose as the record's verdict
-    bad = controls.annotate(_record("kpca-oracle", "supported", ours="inconclusive"), "kpca-oracle")
+    bad = annotate(_record("kpca-oracle", "supported", ours="inconclusive"), "kpca-oracle")
     assert bad["expected"]["got"] == "inconclusive" and bad["expected"]["met"] is False
     assert controls.instrument_failed(bad) and not controls.instrument_failed(ok)
-    dose = controls.annotate(_record("kpca-oracle-noise-20pct", "refuted"),
+    dose = annotate(_record("kpca-oracle-noise-20pct", "refuted"),
                              "kpca-oracle-noise-20pct")
     assert dose["expected"]["met"] is None and dose["control"] == "dose-response"
     entry = controls.failure_entry({**bad, "test_id": "test_value_vectors[kpca-oracle-L00-H0]"})
@@ -236,9 +256,9 @@ def test_annotate_records_role_and_expected_verdict_beside_the_verdict():
 
 def test_headline_counts_and_verdict_table_exclude_controls():
     records = [_record("m", "refuted"), _record("m", "supported", head=1),
-               controls.annotate(_record("kpca-oracle-null", "refuted"), "kpca-oracle-null"),
-               controls.annotate(_record("kpca-oracle", "inconclusive"), "kpca-oracle"),
-               controls.annotate(_record("kpca-oracle-noise-20pct", "refuted"),
+               annotate(_record("kpca-oracle-null", "refuted"), "kpca-oracle-null"),
+               annotate(_record("kpca-oracle", "inconclusive"), "kpca-oracle"),
+               annotate(_record("kpca-oracle-noise-20pct", "refuted"),
                                  "kpca-oracle-noise-20pct")]
     counts = summary(records, [])
     assert counts["records"] == 2
@@ -257,6 +277,77 @@ def test_headline_counts_and_verdict_table_exclude_controls():
     assert summary(records[:2], []).get("controls") is None
 
 
+# ------------------------------------------------------------------------------ a claim's own
+TOY_WHY = "toy: the true null supports the toy claim by construction"
+
+
+def _toy_expectations() -> dict:
+    return {"null": {"head": (("supported",), TOY_WHY)}}
+
+
+@pytest.fixture
+def toy_claim():
+    """Register a toy claim ``TOY`` (levels head, model) whose ``controls`` is the given table;
+    removed again at the end."""
+
+    def register(table) -> ClaimSpec:
+        claims_registry.unregister("TOY")
+        return claims_registry.register(ClaimSpec(
+            id="TOY", section="claim_toy", title="a toy claim", statement="toy holds",
+            source="tests/test_controls.py", unit="head", levels=("head", "model"),
+            controls=table))
+
+    try:
+        yield register
+    finally:
+        claims_registry.unregister("TOY")
+
+
+def test_a_claim_declares_its_own_expectations_on_the_controls(toy_claim):
+    """A new claim states what it expects of a control in its own spec (``controls``): the run's
+    annotation of its record on that control carries that expectation and its outcome."""
+    toy_claim(_toy_expectations)
+    null = controls.ladder_key("null")
+    met = annotate(_record(null, "supported", claim="TOY"), null)
+    assert met["control"] == "negative"
+    assert met["expected"] == {"verdict": "supported", "verdicts": ["supported"], "rules": "ours",
+                               "got": "supported", "met": True, "why": TOY_WHY,
+                               "outcome": "as_expected"}
+    missed = annotate(_record(null, "refuted", claim="TOY"), null)
+    assert missed["expected"] == {**met["expected"], "got": "refuted", "met": False,
+                                  "outcome": "instrument_failure"}
+    assert controls.instrument_failed(missed) and not controls.instrument_failed(met)
+    assert controls.failure_entry(missed)["error"] == (
+        f"INSTRUMENT FAILURE: claim TOY {null}-L00-H0 (negative control): expected supported "
+        "under 'ours', got refuted")
+    # a control kind or level the claim leaves out: no expectation, with the reason
+    for key, level in (("kpca-oracle", "head"), (null, "model")):
+        free = annotate(_record(key, "refuted", claim="TOY", level=level), key)["expected"]
+        assert free["outcome"] == "no_expectation" and free["met"] is None
+        assert free["why"] == f"no expectation declared for claim TOY at level {level}"
+    # the built-in claims' expectations on the same control are their own
+    assert annotate(_record(null, "refuted"), null)["expected"]["outcome"] == "as_expected"
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"no-such-control": {"head": (("supported",), "why")}},
+     "claim 'TOY': its controls name an unknown control 'no-such-control'"),
+    ({"null": {"head": (("proven",), "why")}},
+     "claim 'TOY', control 'null', level 'head': unknown verdict word(s) ['proven']"),
+    ({"null": {"layer": (("supported",), "why")}},
+     "claim 'TOY', control 'null', level 'layer': 'layer' is not among the claim's levels"),
+    ({"null": {"head": "supported"}},
+     "claim 'TOY', control 'null', level 'head': the expectation must be (verdicts tuple, why"),
+], ids=["unknown-control", "unknown-verdict", "unknown-level", "not-a-pair"])
+def test_a_claim_declaring_an_unknown_control_or_verdict_gets_a_clear_error(toy_claim, table,
+                                                                             message):
+    toy_claim(lambda: table)
+    null = controls.ladder_key("null")
+    with pytest.raises(ValueError) as err:
+        annotate(_record(null, "refuted", claim="TOY"), null)
+    assert message in str(err.value)
+
+
 # ------------------------------------------------------------------------------ end to end
 WRONG_EXPECTATION = '''
 import sys
@@ -264,10 +355,19 @@ import sys
 sys.path.insert(0, {root!r})  # loaded by -p before the checkout's conftest puts it on the path
 from fixtures.models import controls  # noqa: E402
 
-# a deliberately wrong expectation: V̂'s γ heads are supported by construction (and today)
-_c = controls.CONTROLS["kpca-oracle"]
-controls.CONTROLS["kpca-oracle"] = controls.Control(_c.key, _c.role, _c.what, {
-    **_c.expectations, ("E", "head"): controls.Expectation(("refuted",), "deliberately wrong")})
+# a deliberately wrong expectation in claim E's declaration: V̂'s γ heads are supported by
+# construction (and today); its spec names the function, looked up when first used
+import claims.claim_e_controls as _e  # noqa: E402
+
+_right = _e.expectations
+
+
+def _wrong():
+    table = _right()
+    return {**table, "vhat": {**table["vhat"], "head": (("refuted",), "deliberately wrong")}}
+
+
+_e.expectations = _wrong
 '''
 
 
@@ -359,7 +459,7 @@ def test_report_shows_controls_apart_before_the_models_under_test():
     results = json.loads((ROOT / "tests" / "data" / "results_example.json").read_text())
     plain = render_report(results)
     ctrl = "control-vit_tiny_patch16_224"
-    results["records"] = [controls.annotate(r, r["model"]) for r in results["records"]]
+    results["records"] = [annotate(r, r["model"]) for r in results["records"]]
     n_ctrl = sum(r["model"] == ctrl for r in results["records"])
     assert n_ctrl and all("expected" in r for r in results["records"] if r["model"] == ctrl)
     html = render_report(results)

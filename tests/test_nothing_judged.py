@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.models.controls import annotate, instrument_failed, is_underpowered
-from fixtures.plugin.control_outcomes import ours_bars
+from fixtures.plugin.control_outcomes import expectation, ours_bars
 from fixtures.plugin.state import EXIT_NOTHING_JUDGED, judged
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,8 @@ def _j_layer(n: int, verdict: str, interval: list[float]) -> dict:
 def test_a_control_whose_interval_straddles_its_bar_at_few_samples_is_underpowered():
     """The miss the README's quick selection met (6 samples: the interval [0.021, 0.248] of the
     null control's output-fit excess contains its refuted bar 0.1): underpowered, not exit 8."""
-    rec = annotate(_j_layer(6, "inconclusive", [0.021, 0.248]), NULL, ours_bars)
+    rec = annotate(_j_layer(6, "inconclusive", [0.021, 0.248]), NULL, ours_bars,
+                   expect=expectation)
     assert is_underpowered(rec) and not instrument_failed(rec)
     assert rec["expected"]["outcome"] == "underpowered" and rec["expected"]["met"] is None
     assert "contains the bar <= 0.1" in rec["expected"]["underpowered"]
@@ -44,12 +45,12 @@ def test_a_control_miss_is_still_an_instrument_failure_when_its_samples_decide()
     for rec in (_j_layer(100, "inconclusive", [0.15, 0.2]),  # the controls' design count
                 _j_layer(6, "inconclusive", [0.15, 0.3]),  # wholly above the refuted bar
                 _j_layer(6, "supported", [0.95, 0.99])):  # the opposite verdict
-        out = annotate(rec, NULL, ours_bars)
+        out = annotate(rec, NULL, ours_bars, expect=expectation)
         assert instrument_failed(out) and out["expected"]["outcome"] == "instrument_failure", rec
 
 
 def test_one_sample_makes_every_control_underpowered_by_its_missing_interval():
-    rec = annotate(_j_layer(1, "undetermined", None), NULL, ours_bars)
+    rec = annotate(_j_layer(1, "undetermined", None), NULL, ours_bars, expect=expectation)
     assert is_underpowered(rec) and "no 95% interval" in rec["expected"]["underpowered"]
 
 

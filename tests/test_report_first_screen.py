@@ -131,9 +131,11 @@ def test_counts_and_colours_mean_one_thing(example):
     """A control record without an expectation is neither hit nor miss; an underpowered one is
     counted apart; a threshold row without a source is not in the alarm style."""
     from fixtures.models import controls
+    from fixtures.plugin.control_outcomes import expectation
 
     results = json.loads(json.dumps(example))
-    results["records"] = [controls.annotate(r, r["model"]) for r in results["records"]]
+    results["records"] = [controls.annotate(r, r["model"], expect=expectation)
+                          for r in results["records"]]
     ctrl = [r for r in results["records"] if r.get("control")]
     ctrl[0]["expected"] = {**ctrl[0]["expected"], "met": None, "verdict": None, "verdicts": [],
                            "outcome": "no_expectation"}
