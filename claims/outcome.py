@@ -88,6 +88,12 @@ def one_line(record: dict) -> str:
     return f"{record_label(record)}: {verdict}" + (f" ({'; '.join(parts)})" if parts else "")
 
 
+def outcome_of(verdict: str) -> str:
+    """The pytest outcome a claim test gets for ``verdict`` (:func:`assert_supported`):
+    ``passed`` when supported, ``skipped`` when undetermined, else ``failed``."""
+    return "passed" if verdict == SUPPORTED else "skipped" if verdict == UNDETERMINED else "failed"
+
+
 def assert_supported(record: dict, message: str) -> None:
     """The outcome of a claim test: pass when supported, skip when undetermined (with the
     reason), otherwise raise :class:`ClaimNotSupported` carrying ``message`` (verdict, metrics,

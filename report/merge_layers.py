@@ -24,7 +24,7 @@ from safetensors.torch import load
 from claims.records import as_json, plain, undefined_intervals
 from claims.registry import get
 from claims.stored_run import StoredRun, rebuild
-from claims.verdicts import SUPPORTED, UNDETERMINED
+from claims.outcome import outcome_of
 
 from .merge_account import MergeError
 
@@ -76,8 +76,7 @@ def _finish(record, decorations: dict) -> dict:
     and the test's outcome (pass when supported, skip when undetermined, else fail)."""
     rec = undefined_intervals(plain(as_json(record)))
     rec.update(decorations)
-    rec["outcome"] = ("passed" if rec["verdict"] == SUPPORTED else
-                      "skipped" if rec["verdict"] == UNDETERMINED else "failed")
+    rec["outcome"] = outcome_of(rec["verdict"])
     return rec
 
 
