@@ -31,7 +31,13 @@ V = register(ClaimSpec(
     template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py",
     method_version="1", sample_rows="claims.claim_v:sample_rows",
     records={"head": "claims.claim_v:record_for_head", "model": "claims.claim_v:record_for_model"},
-    controls="claims.claim_v_controls:expectations"))  # expected verdicts on the controls (§12)
+    controls="claims.claim_v_controls:expectations",  # expected verdicts on the controls (§12)
+    # the specification curve (method §14): its specifications come from one grid per token set,
+    # which also fills claim J's V̂ and claim E's values of the same specifications (§14.1)
+    curve="claims.claim_v_curve:v_outcomes", curve_route="claims.claim_v_curve:route",
+    curve_entries={"V": {"unit": "head", "headline": ("optimal_cosine", "linear_cka",
+                                                      "kernel_cka", "subspace_overlap_excess")}},
+    provides={"v_hat": ("standardize", "dtype"), "grams": ("standardize",)}))
 
 J = register(ClaimSpec(
     id="J", section="claim_j",
@@ -48,7 +54,10 @@ J = register(ClaimSpec(
     template="report/templates/sections/claim_j.html.j2", tests="claims/test_projection_loss.py",
     method_version="1", record_sections={"series": "claim_j_trend"},
     records={"layer": "claims.claim_j:record_for_layer", "model": "claims.claim_j:record_for_model"},
-    controls="claims.claim_j_controls:expectations"))  # expected verdicts on the controls (§12)
+    controls="claims.claim_j_controls:expectations",  # expected verdicts on the controls (§12)
+    curve="claims.claim_j_curve:j_outcomes", curve_decide="claims.claim_j_curve:rejudge",
+    curve_entries={"J": {"unit": "layer", "headline": ("log10_ratio", "bessel_share")}},
+    takes={"v_hat": "batched"}))  # a specification's V̂ from claim V's grid (method §14.1)
 
 E = register(ClaimSpec(
     id="E", section="claim_e",
@@ -64,7 +73,13 @@ E = register(ClaimSpec(
     method_version="1", record_sections={"head": "claim_e_gamma"},
     sample_rows="claims.claim_e:sample_rows",
     records={"head": "claims.claim_e:record_for_head", "model": "claims.claim_e:record_for_model"},
-    controls="claims.claim_e_controls:expectations"))  # expected verdicts on the controls (§12)
+    controls="claims.claim_e_controls:expectations",  # expected verdicts on the controls (§12)
+    curve="claims.claim_e_curve:e_outcomes",
+    curve_entries={"E": {"unit": None, "headline": ("raw_vs_standardized_ratio", "max_route_ratio",
+                                                    "naive_finite_share")},
+                   "E-gamma": {"unit": "head", "model_verdict": False}},
+    # a specification's values from claim V's grid's float64 Gram matrices (method §14.1)
+    takes={"grams": "grid"}, intake={"grams": "claims.claim_e_layer:values_from_grams"}))
 
 R = register(ClaimSpec(
     id="R", section="claim_r",

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from checks import spectrum
+from checks.errors import NonFiniteError
 from checks.stats import seed_from
+
+from .claim_v_grid import grid_gram
 
 def gamma_seeds(model: str, layer: int, samples: list[int], heads: slice) -> list[int]:
     """One seed per (sample, head) of a batch for claim E's perturbed control (method §4), in
@@ -63,7 +67,6 @@ def batch_values(model: str, layer: int, info: dict, chunk: list[int], heads: sl
     here, the route γ is not judged on as eigenvalues only. Raises
     :class:`checks.errors.NonFiniteError` for a non-finite intermediate."""
     from checks import gamma as gamma_constancy
-    from checks import spectrum
     from checks.degenerate import effective_rows
     from checks.gram import KeyGram
 
@@ -104,19 +107,39 @@ def batch_values(model: str, layer: int, info: dict, chunk: list[int], heads: sl
     return values
 
 
+def values_from_grams(payload: dict, keys: list[tuple]) -> dict:
+    """Claim E's intake of the ``grams`` channel (``ClaimSpec.intake``): its values of one batch
+    from claim V's grid's (raw, standardised) float64 Gram matrices (``payload``: the batch's
+    ``model``, ``layer``, ``info``, ``chunk``, ``heads``, ``k``, ``v`` and ``grams``), per store
+    key ``(standardize,)``, γ judged on that route, one naive spectrum for both (a specification's
+    run: no round-off twins, method §13.2). A non-finite intermediate leaves the batch to the
+    claim, which computes it again and names the failure: ``{}``."""
+    p = payload
+    try:
+        naive = spectrum.naive_gram_spectrum(p["k"], scale=p["info"]["scale"])
+        return {key: batch_values(p["model"], p["layer"], p["info"], p["chunk"], p["heads"],
+                                  p["k"], p["v"], key[0], False, grams=p["grams"], naive=naive)
+                for key in keys}
+    except NonFiniteError:
+        return {}
+
+
 def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-E quantities of one layer: top-d |μ| by three routes [B, H, d], naive-route
     finiteness [B, H], and γ spreads (relative and absolute, mean over components) [B, H]."""
-    from checks.errors import NonFiniteError
 
     out: dict[str, torch.Tensor] = {}
     for chunk, heads, _q, k, v in ctx.groups():
         try:
-            values = ctx.shared_e_values(chunk, heads)
+            values = ctx.take("grams", chunk, heads)
             if values is None:
+                # a specification's run whose batch the grid did not leave: its Gram matrices
+                # as the grid builds them, so the numbers do not depend on the cache
+                grams = (tuple(grid_gram(k, ctx.info, s, torch.float64) for s in (False, True))
+                         if ctx.takes("grams") else None)
                 values = batch_values(
                     ctx.model, ctx.layer, ctx.info, chunk, heads, k, v, ctx.options.standardize,
-                    ctx.round_off_twins, grams=ctx.e_grams(k))
+                    ctx.round_off_twins, grams=grams)
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         ctx.fill(out, chunk, heads, values)

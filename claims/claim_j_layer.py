@@ -15,6 +15,8 @@ from checks.nulls import shuffled_token_null
 from checks.output_fit import kpca_output_fit
 from checks.stats import seed_from
 
+from .claim_v_grid import v_hat_of_batch
+
 #: The per-token tensors of the layer terms [B, H, N_max] (method §3.7).
 TOKEN_TERMS = ("token_log_phi_sq", "token_h_sq", "token_fit_h_sq")
 
@@ -90,6 +92,21 @@ def batch_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     }
 
 
+def taken_v_hat(ctx, chunk: list[int], heads: slice, k: torch.Tensor) -> torch.Tensor | None:
+    """V̂ [b, h, n, d] of one batch for a specification's run that takes the ``v_hat`` channel
+    (``ClaimSpec.takes``): claim V's grid's, when it left this batch's (taken out), else the same
+    batched computation here (:func:`claims.claim_v_grid.v_hat_of_batch`), so the numbers do not
+    depend on whether the grid came from the cache; None for the claim tests' runs (the fit
+    computes its batch's own)."""
+    if not ctx.takes("v_hat"):
+        return None
+    found = ctx.take("v_hat", chunk, heads)
+    if found is not None:
+        return found.to(k.device)
+    opts = ctx.options
+    return v_hat_of_batch(k, ctx.info, opts.standardize, opts.torch_dtype, opts.convention)
+
+
 def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-J terms of every (sample, head) of one layer, [B, H]: token means of ‖φ‖² (also
     in log space) and ‖h‖², J_proj, the Bessel share, the token count, and the p1-code ‖φ‖²;
@@ -117,7 +134,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
         try:
             values = batch_terms(q, k, v, info["scale"], ctx.options.standardize,
                                  ctx.options.convention, perm, dtype,
-                                 v_hat=ctx.shared_v_hat(chunk, heads, k))
+                                 v_hat=taken_v_hat(ctx, chunk, heads, k))
         except NonFiniteError as exc:
             raise ctx.located(exc, chunk, heads) from exc
         for name in TOKEN_TERMS:

@@ -20,6 +20,8 @@ from checks.stats import bootstrap_indices, excess_over_null, percentile_interva
 
 from . import verdicts
 from .chance import above_pvalues, chance_settings
+from .claim_e_curve import e_outcomes
+from .claim_v_curve import v_outcomes
 
 SECTION = "claim_v_training"
 #: Claim V's metrics followed over training (the overlap beside P2's three judged metrics).
@@ -227,8 +229,8 @@ def series_dynamics(series: str, model: str, checkpoints: list[dict], heads: lis
     idx = resamples(n, series)
     rows, v_samples, gamma_draws, j_draws_all, p1 = [], [], [], [], []
     for cp in checkpoints:
-        v_out = mv.v_outcomes(model, cp["V"], heads, rules)
-        e_out = mv.e_outcomes(model, cp["E"], heads, head_dim, rules)
+        v_out = v_outcomes(model, cp["V"], heads, rules)
+        e_out = e_outcomes(model, cp["E"], heads, head_dim, rules)
         v_ps, g_ps, jt = v_per_sample(cp["V"], heads), gamma_per_sample(cp["E"], heads), \
             j_per_sample(cp["J"], heads)
         jd, pd = j_draws(jt, idx), position_draws(g_ps, idx)
@@ -345,8 +347,8 @@ def seed_row(model: str, seed: int, run, layers: list[int], heads: list[int], ru
     from . import multiverse as mv
 
     info = run.prepare()
-    v = mv.v_outcomes(model, {l: run.layer_metrics("V", l) for l in layers}, heads, rules)
-    e = mv.e_outcomes(model, {l: run.layer_metrics("E", l) for l in layers}, heads,
+    v = v_outcomes(model, {l: run.layer_metrics("V", l) for l in layers}, heads, rules)
+    e = e_outcomes(model, {l: run.layer_metrics("E", l) for l in layers}, heads,
                       info["head_dim"], rules)
     j = claim_j.model_record(model, {l: run.layer_metrics("J", l) for l in layers}, heads,
                              rules=rules).to_json()
@@ -358,6 +360,6 @@ def seed_row(model: str, seed: int, run, layers: list[int], heads: list[int], ru
                       for r in ("p2", "ours")},
                 "E-gamma": {r: mv.counts(u["verdicts"][r] for u in e["units"].values())
                             for r in ("p2", "ours")}},
-            "metrics": {"V": {m: v["model"]["metrics"][m] for m in mv.HEADLINE["V"]},
-                        "J": {m: j["metrics"][m] for m in mv.HEADLINE["J"]},
-                        "E": {m: e["model"]["metrics"][m] for m in mv.HEADLINE["E"]}}}
+            "metrics": {"V": {m: v["model"]["metrics"][m] for m in mv.headline("V")},
+                        "J": {m: j["metrics"][m] for m in mv.headline("J")},
+                        "E": {m: e["model"]["metrics"][m] for m in mv.headline("E")}}}

@@ -22,15 +22,35 @@ from pathlib import Path
 
 import torch
 
-from . import verdicts
+from . import registry, verdicts
+from .records import as_json
 
 GRID_FILE = Path(__file__).with_name("specifications.toml")
 STAGES = ("compute", "decide")
 #: The verdicts a share is reported for, in display order.
 VERDICT_ORDER = (verdicts.SUPPORTED, verdicts.INCONCLUSIVE, verdicts.REFUTED, verdicts.UNDETERMINED)
-#: The curve's entries per model: claim V (model verdict, head units), claim J (model verdict,
-#: layer units), claim E's eigenvalue statistics (model verdict) and its γ constancy (head units).
-ENTRIES = {"V": ("V", "head"), "J": ("J", "layer"), "E": ("E", None), "E-gamma": ("E", "head")}
+
+
+def entries() -> dict[str, dict]:
+    """The curve's entries per model, from the registered claims' declarations
+    (``ClaimSpec.curve_entries``, :func:`claims.registry.entries_of`), in registration order:
+    entry → ``{"claim", "unit", "headline", "model_verdict", "decide"}`` (the built-in claims: V
+    with head units, J with layer units, E's eigenvalue statistics per model and its γ per head;
+    ``decide``: the claim's ``curve_decide`` function or None)."""
+    out = {}
+    for spec in registry.all_claims():
+        for name, table in registry.entries_of(spec).items():
+            out[name] = {**table, "decide": (registry.resolve(spec.curve_decide)
+                                             if spec.curve_decide is not None else None)}
+    return out
+
+
+def headline(entry: str) -> tuple[str, ...]:
+    """The metrics curve entry ``entry`` shows per specification."""
+    try:
+        return entries()[entry]["headline"]
+    except KeyError:
+        raise GridError(f"no registered claim declares the curve entry {entry!r}") from None
 
 
 class GridError(ValueError):
@@ -48,6 +68,7 @@ class Axis:
     why: str
     modality: str | None = None
     causal: bool = False  # the axis exists for causal decoders only
+    default: str | None = None  # the default specification's value, where not a run option
 
     def applies(self, claim: str, modality: str | None, causal: bool = False) -> bool:
         return (claim in self.claims and (self.modality is None or self.modality == modality)
@@ -55,8 +76,44 @@ class Axis:
 
 
 def load_grid(path: str | Path | None = None) -> dict[str, Axis]:
-    """The axes of the grid file (default :data:`GRID_FILE`), in file order, validated."""
-    return dict(_load_grid(str(path or GRID_FILE)))
+    """The axes of the grid file (default :data:`GRID_FILE`), in file order, validated, then the
+    axes the registered claims declare of their own (``ClaimSpec.axes``, each for its claim)."""
+    axes = dict(_load_grid(str(path or GRID_FILE)))
+    for spec in registry.all_claims():
+        for name, table in spec.axes.items():
+            where = f"claim {spec.id}'s axis {name!r} (ClaimSpec.axes)"
+            if name in axes:
+                raise GridError(f"{where} is already an axis of the grid; name it otherwise")
+            axis = _axis(name, {**table, "claims": [spec.id]}, where)
+            if axis.label in {a.label for a in axes.values()}:
+                raise GridError(f"{where}: label {axis.label!r} is used by another axis")
+            axes[name] = axis
+    return axes
+
+
+def _axis(name: str, a, where: str) -> Axis:
+    """One validated axis from its table (``where`` names it in errors)."""
+    if not isinstance(a, dict):
+        raise GridError(f"{where} must be a table")
+    missing = [k for k in ("label", "values", "claims", "stage", "option", "why") if k not in a]
+    if missing:
+        raise GridError(f"{where} lacks {', '.join(missing)}")
+    values = a["values"]
+    if (not isinstance(values, list) or len(values) < 2
+            or not all(isinstance(v, str) and v for v in values) or len(set(values)) != len(values)):
+        raise GridError(f"{where}: values must be a list of at least two distinct strings")
+    if a["stage"] not in STAGES:
+        raise GridError(f"{where}: stage must be one of {STAGES}, got {a['stage']!r}")
+    claims = a["claims"]
+    if not isinstance(claims, list) or not claims:
+        raise GridError(f"{where}: claims must be a non-empty list of claim ids")
+    default = a.get("default")
+    if default is not None and default not in values:
+        raise GridError(f"{where}: default {default!r} is not among its values {values}")
+    return Axis(name=name, label=str(a["label"]), values=tuple(values),
+                claims=tuple(str(c) for c in claims), stage=a["stage"], option=str(a["option"]),
+                why=str(a["why"]), modality=a.get("modality"), causal=bool(a.get("causal", False)),
+                default=default)
 
 
 @lru_cache(maxsize=8)
@@ -71,28 +128,11 @@ def _load_grid(path: str) -> tuple[tuple[str, Axis], ...]:
     out = []
     labels = set()
     for name, a in axes.items():
-        where = f"{path}: [axes.{name}]"
-        if not isinstance(a, dict):
-            raise GridError(f"{where} must be a table")
-        missing = [k for k in ("label", "values", "claims", "stage", "option", "why") if k not in a]
-        if missing:
-            raise GridError(f"{where} lacks {', '.join(missing)}")
-        values = a["values"]
-        if (not isinstance(values, list) or len(values) < 2
-                or not all(isinstance(v, str) and v for v in values) or len(set(values)) != len(values)):
-            raise GridError(f"{where}: values must be a list of at least two distinct strings")
-        if a["stage"] not in STAGES:
-            raise GridError(f"{where}: stage must be one of {STAGES}, got {a['stage']!r}")
-        if a["label"] in labels:
-            raise GridError(f"{where}: label {a['label']!r} is used by another axis")
-        labels.add(a["label"])
-        claims = a["claims"]
-        if not isinstance(claims, list) or not claims:
-            raise GridError(f"{where}: claims must be a non-empty list of claim ids")
-        out.append((name, Axis(name=name, label=str(a["label"]), values=tuple(values),
-                               claims=tuple(str(c) for c in claims), stage=a["stage"],
-                               option=str(a["option"]), why=str(a["why"]),
-                               modality=a.get("modality"), causal=bool(a.get("causal", False)))))
+        axis = _axis(name, a, f"{path}: [axes.{name}]")
+        if axis.label in labels:
+            raise GridError(f"{path}: [axes.{name}]: label {axis.label!r} is used by another axis")
+        labels.add(axis.label)
+        out.append((name, axis))
     return tuple(out)
 
 
@@ -206,114 +246,10 @@ def counts(verdict_list) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------------ records per combo
-def v_outcomes(model: str, per_layer: dict, heads: list[int], rules: str) -> dict:
-    """Claim V's head and model records of one compute combination, built as the claim tests
-    build them (claims/test_value_vectors.py): ``{"model": record, "units": {name: record}}``."""
-    from . import claim_v
-
-    record, heads_of = claim_v.model_over_heads(model, per_layer, heads, rules)
-    units = {f"L{layer:02d}-H{head}": rec for (layer, head), rec in heads_of.items()}
-    return _plain({"model": record, "units": units})
-
-
-#: The per-(sample, head) upper bounds of the optimal cosine a claim-V layer may carry in place
-#: of the matched value (fixtures/engine/multiverse_v_grid.py ``v_grid_layer``): ``optimal_cosine`` then holds
-#: the lower bound (the identity matching, the direct cosine).
-V_UPPER = {"optimal_cosine": "optimal_cosine_hi", "optimal_cosine_null": "optimal_cosine_null_hi"}
-
-
-def v_outcomes_bounded(model: str, per_layer: dict, heads: list[int], rules: str) -> dict | None:
-    """Claim V's records of one compute combination whose optimal cosine is known only between
-    bounds, when no verdict depends on where between them it lies (:func:`v_bounded`), else
-    None: then the caller matches."""
-    outcome, open_units = v_bounded(model, per_layer, heads, rules)
-    return outcome if open_units == [] else None
-
-
-def v_bounded(model: str, per_layer: dict, heads: list[int],
-              rules: str) -> tuple[dict | None, list[tuple[int, int]] | None]:
-    """Claim V's records of one compute combination whose optimal cosine is known only between
-    bounds (lower: the identity matching; upper: the mean row maximum of the cosine matrix; a
-    unit whose exact value is known carries it as both), without the Hungarian matching. The
-    `ours` rules do not judge the optimal cosine (``[claim_v.ours]``); the `p2` rules judge its
-    mean against bars, and their verdict can only rise with it, so a verdict is exact when the
-    lower and the upper bound give the same one.
-
-    Returns ``(outcome, open_units)``: the records (:func:`v_outcomes`, built on the lower bound,
-    the model record's ``optimal_cosine`` replaced by None and its bounds
-    ``optimal_cosine_bounds``) and the (layer, head) units whose p2 verdict differs between the
-    bounds (``[]``: every verdict is exact). ``open_units`` is None, and so is the outcome, when
-    the model record's verdict differs between the bounds or an `ours` rule judges the optimal
-    cosine: then every head needs its exact value."""
-    from . import claim_v
-
-    if any(r.metric in V_UPPER for kind in ("supported", "refuted")
-           for r in verdicts.ours_rules(claim_v.SECTION, kind)):
-        return None, None
-    base = {l: {n: t for n, t in m.items() if n not in V_UPPER.values()}
-            for l, m in per_layer.items()}
-    outcome = v_outcomes(model, base, heads, rules)
-    layers = sorted(per_layer)
-
-    def upper_mean(values: torch.Tensor, undetermined: torch.Tensor) -> float:
-        keep = ~undetermined.reshape(-1)
-        return float(values.reshape(-1).to(torch.float64)[keep].mean())
-
-    def same_at_upper(rec: dict, values: torch.Tensor, undetermined: torch.Tensor) -> bool:
-        if rec["verdicts"]["p2"] == verdicts.UNDETERMINED:  # not judged: no bar is applied
-            return True
-        metrics = {**rec["metrics"], "optimal_cosine": upper_mean(values, undetermined)}
-        return verdicts.judge(claim_v.SECTION, metrics).verdict == rec["verdicts"]["p2"]
-
-    hi = torch.cat([per_layer[l]["optimal_cosine_hi"][:, heads] for l in layers], dim=1)
-    undet = torch.cat([per_layer[l]["undetermined"][:, heads] for l in layers], dim=1)
-    model_rec = outcome["model"]
-    if not same_at_upper(model_rec, hi, undet):
-        return None, None
-    open_units = [(layer, head) for layer in layers for head in heads
-                  if not same_at_upper(outcome["units"][f"L{layer:02d}-H{head}"],
-                                       per_layer[layer]["optimal_cosine_hi"][:, head],
-                                       per_layer[layer]["undetermined"][:, head])]
-    lo = model_rec["metrics"]["optimal_cosine"]
-    model_rec["metrics"] = {**model_rec["metrics"], "optimal_cosine": None}
-    model_rec["optimal_cosine_bounds"] = [lo, upper_mean(hi, undet)]
-    return outcome, open_units
-
-
-def j_outcomes(model: str, per_layer: dict, heads: list[int], rules: str) -> dict:
-    """Claim J's layer and model records (claims/test_projection_loss.py)."""
-    from . import claim_j
-
-    units = {f"L{layer:02d}": claim_j.layer_record(model, layer, per_layer[layer], heads, rules=rules)
-             for layer in sorted(per_layer)}
-    return _plain({"model": claim_j.model_record(model, per_layer, heads, rules=rules),
-                   "units": units})
-
-
-def e_outcomes(model: str, per_layer: dict, heads: list[int], head_dim: int, rules: str) -> dict:
-    """Claim E's model record (eigenvalue statistics) and γ head records
-    (claims/test_gram_spectrum.py)."""
-    from . import claim_e
-
-    units = {f"L{layer:02d}-H{head}": rec
-             for (layer, head), rec in claim_e.head_records(model, per_layer, heads, rules).items()}
-    return _plain({"model": claim_e.model_record(model, per_layer, heads, head_dim, rules=rules),
-                   "units": units})
-
-
-def _plain(outcome: dict) -> dict:
+def plain(outcome: dict) -> dict:
     """Records as their JSON objects (read many times per specification)."""
-    from .records import as_json
-
     return {"model": as_json(outcome["model"]),
             "units": {name: as_json(rec) for name, rec in outcome["units"].items()}}
-
-
-#: The headline metrics each entry shows per specification.
-HEADLINE = {"V": ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap_excess"),
-            "J": ("log10_ratio", "bessel_share"),
-            "E": ("raw_vs_standardized_ratio", "max_route_ratio", "naive_finite_share"),
-            "E-gamma": ()}
 
 
 def judged(outcome: dict, entry: str, decide: dict[str, str], unit_names: list[str]) -> dict:
@@ -322,71 +258,43 @@ def judged(outcome: dict, entry: str, decide: dict[str, str], unit_names: list[s
     A combination whose metrics could not be computed (``{"error": why}``, e.g. a quantity
     beyond the float32 range) is *undetermined* in every unit, with the reason (method §6.2)."""
     rule_set = decide.get("rules")
-    unit_of = ENTRIES[entry][1]
+    table = entries()[entry]
+    unit_of, judged_model, shown = table["unit"], table["model_verdict"], table["headline"]
     if "error" in outcome:
         res: dict = {"reason": outcome["error"]}
-        if entry != "E-gamma":
+        if judged_model:
             res["verdict"] = verdicts.UNDETERMINED
-            res["metrics"] = {m: None for m in HEADLINE[entry]}
+            res["metrics"] = {m: None for m in shown}
         if unit_of is not None:
             res["units"] = [verdicts.UNDETERMINED] * len(unit_names)
             res["unit_counts"] = counts(res["units"])
         return res
     model_rec = outcome["model"]
-    statistic = decide.get("j_statistic", J_DEFAULT_STATISTIC) if entry == "J" else None
+    rejudge = table["decide"]
     res = {}
-    if entry != "E-gamma":
-        res["verdict"] = _verdict_of(model_rec, rule_set, statistic)
+    if judged_model:
+        res["verdict"] = _verdict_of(model_rec, rule_set, decide, rejudge)
         metrics = dict(model_rec["metrics"])
-        if statistic not in (None, J_DEFAULT_STATISTIC):
-            metrics["log10_ratio"] = _token_statistic(model_rec, statistic)
-        res["metrics"] = {m: metrics.get(m) for m in HEADLINE[entry]}
+        taken = rejudge(model_rec, decide, rule_set) if rejudge is not None else None
+        if taken is not None:
+            metrics.update(taken[1])
+        res["metrics"] = {m: metrics.get(m) for m in shown}
         if model_rec.get("optimal_cosine_bounds"):  # not matched: no verdict depends on it
             res["bounds"] = {"optimal_cosine": model_rec["optimal_cosine_bounds"]}
     if unit_of is not None:
-        res["units"] = [_verdict_of(rec, rule_set, statistic) for rec in outcome["units"].values()]
+        res["units"] = [_verdict_of(rec, rule_set, decide, rejudge)
+                        for rec in outcome["units"].values()]
         res["unit_counts"] = counts(res["units"])
     return res
 
 
-#: Claim J's magnitude statistic (the ``j_statistic`` axis, method §14.2): the judged one is the
-#: ratio of pooled means (method §3.2); the others are per-token statistics of the claim-J
-#: records' ``tokens`` (method §3.7), put in its place in the rules that judge ``log10_ratio``.
-J_DEFAULT_STATISTIC = "pooled-means"
-J_STATISTICS = {"per-token-median": "median_log10_ratio",
-                "p2-trimmed-median": "p2_appendix_log10_ratio"}
-
-
-def _token_statistic(record: dict, statistic: str) -> float | None:
-    if statistic not in J_STATISTICS:
-        raise GridError(f"unknown claim-J statistic {statistic!r}; the grid may use "
-                        f"{J_DEFAULT_STATISTIC!r} or {', '.join(map(repr, J_STATISTICS))}")
-    return (record.get("tokens") or {}).get(J_STATISTICS[statistic])
-
-
-def _rejudged_j(record: dict, statistic: str, rule_set: str) -> str:
-    """A claim-J record judged with its ``log10_ratio`` replaced by a per-token statistic (and
-    that metric's interval dropped: it was the pooled ratio's); undetermined when the record has
-    no such statistic (method §6.2)."""
-    value = _token_statistic(record, statistic)
-    if value is None:
-        return verdicts.UNDETERMINED
-    metrics = {**record["metrics"], "log10_ratio": value}
-    ci = {k: b for k, b in (record.get("ci") or {}).items() if k != "log10_ratio"}
-    undefined = {k: r for k, r in (record.get("undefined") or {}).items() if k != "log10_ratio"}
-    extra = {}
-    fit = record.get("output_fit") or {}
-    if "vs_null" in fit and "at_chance" in fit["vs_null"]:
-        extra["at_chance"] = {"output_r2": bool(fit["vs_null"]["at_chance"])}
-    _, both = verdicts.judge_both("claim_j", metrics, ci or None, rules_name=rule_set,
-                                  undefined=undefined, **extra)
-    return both[rule_set]
-
-
-def _verdict_of(record, rule_set: str | None, statistic: str | None = None) -> str:
+def _verdict_of(record, rule_set: str | None, decide: dict, rejudge=None) -> str:
+    """A record's verdict under the decide-stage values: the claim's own ``curve_decide`` where it
+    takes the decision (a claim-J statistic other than the default), else the rule set's."""
+    taken = rejudge(record, decide, rule_set) if rejudge is not None else None
+    if taken is not None:
+        return taken[0]
     both = record.get("verdicts") or {}
-    if statistic not in (None, J_DEFAULT_STATISTIC):
-        return _rejudged_j(record, statistic, rule_set or record["rules"])
     if rule_set is None:
         return record["verdict"]
     if rule_set not in both:

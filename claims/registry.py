@@ -91,6 +91,42 @@ class ClaimSpec:
         its records: ``sample_rows(record, run) -> list[dict]``, ``run`` the record's
         :class:`fixtures.engine.model_run.ModelRun` (``run.layer_metrics(id, layer)``,
         ``run.prepare()``); ``[]`` for a record without rows. None: its records have no rows.
+    curve : str, callable or None
+        ``"module:function"`` (or the function): the claim's records of one compute combination
+        of the specification curve (``--multiverse``, method §14), from its per-layer metrics,
+        called with the arguments it names among ``model``, ``per_layer`` ({layer: metrics}),
+        ``heads``, ``rules`` and ``info`` (the model's facts); returns ``{"model": record,
+        "units": {name: record}}`` as JSON objects. None: the claim has no curve.
+    curve_entries : dict
+        ``{entry: {"unit": level or None, "headline": (metric, ...), "model_verdict": bool}}``:
+        the curve entries the claim contributes (claim E: its eigenvalue statistics, judged per
+        model, and its γ, judged per head), each with the unit its unit verdicts count (None:
+        none), the metrics each specification shows, and whether the model verdict is judged
+        (default true). Empty: one entry named by the id, model verdict only.
+    curve_route : str, callable or None
+        ``"module:function"``: a factory ``route(ctx) -> compute(spec) -> outcome`` for a claim
+        that computes its specifications other than the run's own itself (claim V's grid: one
+        eigendecomposition per (standardisation, precision) for every axis convention and null),
+        ``ctx`` the engine's :class:`fixtures.engine.multiverse_metrics.CurveContext`; None: each
+        specification's per-layer metrics come from ``layer_metrics`` under its options.
+    curve_decide : str, callable or None
+        ``"module:function"``: ``decide(record, decide, rule_set) -> (verdict, metrics) | None``,
+        the claim's own decision under the decide-stage axis values ``decide`` (claim J's
+        ``j_statistic``): None where the record's verdict under ``rule_set`` stands, else the
+        verdict and the headline metrics it was judged on. None: the rule set decides.
+    axes : dict
+        Specification axes of the claim's own, ``{name: table}`` shaped like a
+        ``claims/specifications.toml`` ``[axes.<name>]`` table without ``claims`` (the claim
+        itself): :func:`claims.multiverse.load_grid` adds them to the file's axes.
+    provides, takes, intake : dict
+        What a claim's curve route shares with another claim's specification runs, through named
+        channels (method §14.1: claim J of a specification takes V̂ from claim V's grid).
+        ``provides``: ``{channel: (run option, ...)}``, the channels its route fills and the run
+        options that key a taker's store (``{"v_hat": ("standardize", "dtype")}``). ``takes``:
+        ``{channel: tag}``, the channels it reads in a specification's run; its cached metrics
+        carry ``{channel: tag}`` in their key when one is given. ``intake``: ``{channel:
+        "module:function"}``, turning the provider's offer of one batch into the values the taker
+        stores: ``intake(payload, keys) -> {key: value}`` (none: the offer is ``{key: value}``).
     records : dict
         ``{level: "module:function"}``: the function that makes a record of that level from a
         model run, called with the arguments it names among ``run``, ``model``, ``layer``,
@@ -137,6 +173,14 @@ class ClaimSpec:
     method_version: str = "1"
     record_sections: dict[str, str] = field(default_factory=dict)
     sample_rows: str | Callable | None = None
+    curve: str | Callable | None = None
+    curve_entries: dict[str, dict] = field(default_factory=dict)
+    curve_route: str | Callable | None = None
+    curve_decide: str | Callable | None = None
+    axes: dict[str, dict] = field(default_factory=dict)
+    provides: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    takes: dict[str, str] = field(default_factory=dict)
+    intake: dict[str, str | Callable] = field(default_factory=dict)
     heads: str = "query"
     records: dict[str, str] = field(default_factory=dict)
     controls: str | Callable | None = None
@@ -154,6 +198,14 @@ class ClaimSpec:
             if stray:
                 raise ValueError(f"claim {self.id!r}: {name} names levels {stray} that are not "
                                  f"among its levels {self.levels}")
+        for entry, table in self.curve_entries.items():
+            unit = table.get("unit")
+            if unit is not None and unit not in self.levels:
+                raise ValueError(f"claim {self.id!r}: curve entry {entry!r} counts unit {unit!r}, "
+                                 f"which is not among its levels {self.levels}")
+        stray = [c for c in self.intake if c not in self.takes]
+        if stray:
+            raise ValueError(f"claim {self.id!r}: intake names channels {stray} it does not take")
         if not isinstance(self.method_version, str) or not self.method_version:
             raise ValueError(f"claim {self.id!r}: method_version must be a non-empty string, "
                              f"not {self.method_version!r}")
@@ -187,6 +239,27 @@ def get(claim_id: str) -> ClaimSpec:
     except KeyError:
         raise KeyError(f"no claim {claim_id!r} is registered; registered: "
                        f"{', '.join(_CLAIMS) or 'none'}") from None
+
+
+def entries_of(spec: ClaimSpec) -> dict[str, dict]:
+    """The specification-curve entries of ``spec`` (``ClaimSpec.curve_entries``; by default one
+    entry named by its id, model verdict only), each with ``unit``, ``headline`` and
+    ``model_verdict`` filled in; ``{}`` for a claim without a curve."""
+    if spec.curve is None:
+        return {}
+    tables = spec.curve_entries or {spec.id: {}}
+    return {entry: {"unit": t.get("unit"), "headline": tuple(t.get("headline", ())),
+                    "model_verdict": bool(t.get("model_verdict", True)), "claim": spec.id}
+            for entry, t in tables.items()}
+
+
+def provider_of(channel: str) -> ClaimSpec:
+    """The registered claim whose curve route fills ``channel`` (``ClaimSpec.provides``)."""
+    found = [s for s in _CLAIMS.values() if channel in s.provides]
+    if len(found) != 1:
+        raise KeyError(f"channel {channel!r} is provided by {len(found)} registered claims "
+                       f"({', '.join(s.id for s in found) or 'none'}); exactly one must provide it")
+    return found[0]
 
 
 def all_claims() -> tuple[ClaimSpec, ...]:

@@ -36,13 +36,16 @@ TOY_CLAIM = '''
     from claims.outcome import assert_supported
 
     BAR = {"value": 0.9, "source": "toy bar of tests/test_claim_interface.py"}
+    TOY_WHY = "toy: the control's softmax rows are sharper than uniform"
 
 
     def layer_metrics(ctx):
-        """Normalised attention entropy of every (sample, head) of one layer, [B, H]."""
+        """Normalised attention entropy of every (sample, head) of one layer, [B, H], in the
+        run's precision (``--dtype``; the toy axis of the specification curve varies it)."""
         out = {}
+        dtype = ctx.options.torch_dtype
         for chunk, heads, q, k, _v in ctx.groups():
-            scores = (q.double() @ k.double().transpose(-1, -2)) * ctx.info["scale"]
+            scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * ctx.info["scale"]
             p = torch.softmax(scores, dim=-1)
             entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1).mean(-1)
             ctx.fill(out, chunk, heads, {"entropy": entropy / math.log(q.shape[-2])})
@@ -57,6 +60,23 @@ TOY_CLAIM = '''
                  "normalised_entropy": float(x)} for s, x in enumerate(entropy)]
 
 
+    def head_verdict(entropy):
+        metrics = {"normalised_entropy": float(entropy.mean())}
+        v = verdicts.judge("claim_h", metrics)
+        return metrics, v
+
+
+    def curve(model, per_layer, heads):
+        """Its records of one compute combination of the specification curve: one per head."""
+        units = {}
+        for layer in sorted(per_layer):
+            for head in heads:
+                metrics, v = head_verdict(per_layer[layer]["entropy"][:, head])
+                units[f"L{layer:02d}-H{head}"] = {"metrics": metrics, "verdict": v.verdict,
+                                                  "verdicts": {"p2": v.verdict, "ours": v.verdict}}
+        return {"model": None, "units": units}
+
+
     registry.register(registry.ClaimSpec(
         id="H", section="claim_h", title="Attention entropy is below 0.9",
         statement="Each head's attention is sharper than uniform: its softmax rows have a "
@@ -66,7 +86,14 @@ TOY_CLAIM = '''
         thresholds={"claim_h": {
             "supported": {"normalised_entropy": {**BAR, "direction": "<"}},
             "refuted": {"normalised_entropy": {**BAR, "direction": ">="}}}},
-        method_version="0.1", record_sections={"head": "claim_h"}, sample_rows=sample_rows))
+        method_version="0.1", record_sections={"head": "claim_h"}, sample_rows=sample_rows,
+        # its specification curve: head verdicts only, over an axis of its own
+        curve=curve, curve_entries={"H": {"unit": "head", "model_verdict": False}},
+        axes={"toy_precision": {
+            "label": "hprec", "values": ["float64", "float32"], "stage": "compute",
+            "option": "dtype", "why": "the toy's entropy in either precision"}},
+        # what it expects of a control: V = V̂'s attention is an ordinary softmax
+        controls=lambda: {"vhat": {"head": (("supported",), TOY_WHY)}}))
 
     pytestmark = pytest.mark.kpca_claim("H")
 
@@ -84,8 +111,7 @@ TOY_CLAIM = '''
     def test_attention_entropy(head_ref, claim_session, record_result):
         run = claim_session.run(head_ref.model)
         entropy = run.layer_metrics("H", head_ref.layer)["entropy"][:, head_ref.head]
-        metrics = {"normalised_entropy": float(entropy.mean())}
-        v = verdicts.judge("claim_h", metrics)
+        metrics, v = head_verdict(entropy)
         record = {"claim": "H", "level": "head", "model": head_ref.model,
                   "layer": head_ref.layer, "head": head_ref.head, "metrics": metrics,
                   "verdict": v.verdict, "verdicts": {"p2": v.verdict, "ours": v.verdict},
@@ -374,6 +400,64 @@ def test_a_toy_claim_from_one_test_file_runs_through_the_interface(toy_run):
     # the verdict table names it
     assert any(line.startswith("H ") and "tiny-vit-digits-softmax" in line
                for line in proc.stdout.splitlines())
+
+
+@pytest.fixture(scope="module")
+def toy_curve_run(tmp_path_factory):
+    """The toy claim's test file with ``--multiverse``: its specification curve beside V, J, E's."""
+    import subprocess
+    import sys
+
+    base = tmp_path_factory.mktemp("toy-curve")
+    (base / "test_entropy_claim.py").write_text(textwrap.dedent(TOY_CLAIM))
+    cache, out = base / "cache", base / "out"
+    _trained_cache(cache)
+    small = list(SMALL)
+    small[1] = "tiny-vit-digits-softmax,kpca-oracle"  # and a control: the toy's expectation
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "claims"), str(base / "test_entropy_claim.py"),
+           "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "-p", "no:cacheprovider",
+           *small, "--out", str(out), "--cache-dir", str(cache), "--report", "none",
+           "--multiverse", "-k", "attention_entropy or specification_curve"]
+    proc = subprocess.run(cmd, cwd=base, capture_output=True, text=True, timeout=600)
+    return SimpleNamespace(proc=proc, out=out, cache=cache)
+
+
+@pytest.mark.slow
+def test_a_toy_claims_own_axis_is_in_its_specification_curve(toy_curve_run):
+    """The toy claim declares its curve function, its entry and an axis of its own (its
+    precision) in its spec alone: the curve judges it under both values, recomputing its
+    metrics in float32 from the same capture, and its default equals its head records."""
+    proc, out = toy_curve_run.proc, toy_curve_run.out
+    results = json.loads((out / "results.json").read_text())
+    # the toy's expectation on the control, from its spec alone: met or an instrument failure
+    oracle = [r for r in results["records"] if r["claim"] == "H" and r["model"] == "kpca-oracle"]
+    assert len(oracle) == 2 and all(r["control"] == "positive" for r in oracle)
+    for rec in oracle:
+        met = rec["verdict"] == "supported"
+        assert rec["expected"]["verdicts"] == ["supported"] and rec["expected"]["met"] is met
+        assert rec["expected"]["why"] == "toy: the control's softmax rows are sharper than uniform"
+        assert rec["expected"]["outcome"] == ("as_expected" if met else "instrument_failure")
+    failed = not all(r["expected"]["met"] for r in oracle)
+    assert proc.returncode == (8 if failed else 0) or (not failed and proc.returncode == 1), \
+        (proc.stdout + proc.stderr)[-3000:]
+    curve = results["specification_curve"]
+    model = curve["models"]["tiny-vit-digits-softmax"]
+    toy = model["entries"]["H"]
+    assert (toy["claim"], toy["unit"], toy["axes"]) == ("H", "head", ["toy_precision"])
+    rows = toy["specifications"]
+    assert [r["name"] for r in rows] == ["hprec=float64", "hprec=float32"]
+    assert all(len(r["units"]) == 2 and "verdict" not in r for r in rows)  # head verdicts only
+    assert toy["units"]["names"] == ["L00-H0", "L00-H1"] and "model" not in toy
+    assert set(toy["units"]["axis_effects"]) == {"toy_precision"}
+    assert curve["entries"]["H"] == {"claim": "H", "unit": "head"}
+    # the built-in entries are untouched by the toy's axis, and the toy by theirs
+    assert "toy_precision" not in model["entries"]["V"]["axes"]
+    # its default specification is its head records (unit verdicts compared, none missing)
+    assert curve["default_matches_main"]["equal"], curve["default_matches_main"]
+    heads = [r for r in results["records"] if r["claim"] == "H"]
+    assert [r["verdict"] for r in heads if r["model"] == "tiny-vit-digits-softmax"] == rows[0]["units"]
+    # the float32 specification was computed, not copied: its own cache entry
+    assert len(list((toy_curve_run.cache / "claim_H").glob("*/metrics.safetensors"))) == 4
 
 
 @pytest.mark.slow

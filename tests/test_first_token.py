@@ -81,3 +81,15 @@ def test_a_decoder_run_without_its_first_token_says_so_and_its_curve_has_both(py
         assert both == {"include", "exclude"}, (entry, both)
         assert rows[0]["axes"]["first_token"] == "include"  # the run's own specification first
         assert any("tok0=exclude" in r["name"] and r.get("verdict") for r in rows)
+    # every specification without the first token is computed without it: claim V's grid of
+    # those tokens is its own (its cached layers were once keyed without the first token, so a
+    # grid of the other token set was read back in its place), here for every V specification
+    # but the default's own pair, whose include row carries the main run's matched values
+    v_rows = curve["entries"]["V"]["specifications"]
+    by_rest = {}
+    for r in v_rows[1:]:
+        rest = tuple(sorted((a, x) for a, x in r["axes"].items() if a != "first_token"))
+        by_rest.setdefault(rest, {})[r["axes"]["first_token"]] = r["metrics"]
+    pairs = [m for m in by_rest.values() if len(m) == 2]
+    assert pairs and all(m["include"]["subspace_overlap_excess"]
+                         != m["exclude"]["subspace_overlap_excess"] for m in pairs)

@@ -405,3 +405,13 @@ def test_the_claim_j_statistic_axis_rejudges_with_a_per_token_statistic():
     no_tokens = {**record, "tokens": None}
     assert mv.judged({"model": no_tokens, "units": {}}, "J",
                      {"rules": "p2", "j_statistic": "per-token-median"}, [])["verdict"] == U
+
+
+def test_claim_js_default_statistic_is_the_grids_default():
+    """Claim J's decision (``curve_decide``) leaves the records' verdicts alone at the
+    ``j_statistic`` axis's declared default, the value the default specification carries."""
+    from claims.claim_j_curve import J_DEFAULT_STATISTIC, J_STATISTICS
+
+    axis = mv.load_grid()["j_statistic"]
+    assert axis.default == J_DEFAULT_STATISTIC
+    assert set(axis.values) == {J_DEFAULT_STATISTIC, *J_STATISTICS}

@@ -10,11 +10,16 @@ import pytest
 import torch
 
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_v, claim_v_layer, verdicts
-from claims import multiverse as mv
-from fixtures.engine import multiverse_v_grid as fmv
+from claims import claim_e_layer, claim_v, claim_v_layer, verdicts
+from claims import claim_v_curve as mv
+from claims import claim_v_grid as fmv
 from fixtures.engine.layer_context import LayerContext
 from tests._synthetic_run import B, D, H, N, SyntheticRun
+
+def _ctx(run, layer: int = 0) -> LayerContext:
+    """The layer context the grid gets (as the curve's cached layers build it)."""
+    return LayerContext(run, layer, run.prepare())
+
 
 S, R, I, U = verdicts.SUPPORTED, verdicts.REFUTED, verdicts.INCONCLUSIVE, verdicts.UNDETERMINED
 COMBOS = [(False, "float64"), (True, "float64"), (False, "float32")]
@@ -23,14 +28,14 @@ COMBOS = [(False, "float64"), (True, "float64"), (False, "float32")]
 @pytest.fixture(scope="module")
 def grids():
     run = SyntheticRun()
-    bounded, errors = fmv.v_grid_layer(run, 0, COMBOS)
+    bounded, errors = fmv.v_grid_layer(_ctx(run), COMBOS)
     matched = {}  # the bounds replaced by the matched values, as specification_curve does
     for std, dtype in COMBOS:
-        exact = fmv.v_matched_layer(run, 0, std, dtype)
+        exact = fmv.v_matched_layer(_ctx(run), std, dtype)
         for conv in ("p2", "kpca"):
             for null in fmv.NULLS:
-                key = fmv._combo_key(std, dtype, conv, null)
-                matched[key] = fmv.with_matched(bounded[key], {
+                key = fmv.combo_key(std, dtype, conv, null)
+                matched[key] = mv.with_matched(bounded[key], {
                     "optimal_cosine": exact[conv],
                     "optimal_cosine_null": exact[conv if null == "token-shuffled" else "random-basis"]})
     main = claim_v_layer.layer_metrics(LayerContext(run, 0, run.prepare()))
@@ -40,7 +45,7 @@ def grids():
 
 def test_the_default_combination_equals_the_claim_tests_own_metrics(grids):
     _run, bounded, matched, main = grids
-    key = fmv._combo_key(False, "float64", "p2", "token-shuffled")
+    key = fmv.combo_key(False, "float64", "p2", "token-shuffled")
     for name, t in main.items():
         if name.startswith(("p2code_", "twin_")) or name == "threshold":  # never judged,
             continue  # or the round-off twins (method §13.2): the grid has neither
@@ -62,11 +67,11 @@ def test_the_matching_sees_the_suites_own_cosine_matrices(grids, std, dtype):
 
     run = grids[0]
     tdtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
-    got = fmv.v_matched_layer(run, 0, std, dtype)
+    got = fmv.v_matched_layer(_ctx(run), std, dtype)
     info = run.prepare()
-    for chunk, heads, k, v, perm, a0 in fmv._v_batches(run, 0):
+    for chunk, heads, k, v, perm, a0 in fmv._v_batches(_ctx(run)):
         gram = KeyGram(k, scale=info["scale"], standardize=std, dtype=tdtype, top=D)
-        vv, targets = fmv._v_targets(run, info, gram, k, v, a0, tdtype)
+        vv, targets = fmv._v_targets(info, gram, k, v, a0, tdtype)
         _suite, cos = metric_suite.metric_suite(vv, targets, **verdicts.allclose_tolerance())
         for ti, name in enumerate(fmv.TARGETS):
             want = torch.stack([row_similarity.matched_cosine(c) for c in cos[ti]]).to(torch.float64)
@@ -86,10 +91,10 @@ def test_each_combination_equals_value_vector_metrics_per_head(grids, std, dtype
         n = int(data["token_mask"][b].sum())
         for h in range(H):
             k, v = data["k"][b, h, :n], data["v"][b, h, :n]
-            a0 = fmv.random_basis_axes("synthetic", 0, slice(h, h + 1), [b], n, min(n, D), H)[0, 0]
+            a0 = fmv.random_basis_axes(lambda h: f"synthetic-L00-H{h}", slice(h, h + 1), [b], n, min(n, D), H)[0, 0]
             ref = value_vector_metrics_batched(k, v, standardize=std, convention=conv,
                                                null_axes=a0, dtype=tdtype, **tol)
-            got = matched[fmv._combo_key(std, dtype, conv, "random-basis")]
+            got = matched[fmv.combo_key(std, dtype, conv, "random-basis")]
             for name in ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap",
                          "subspace_overlap_null", "linear_cka_null", "kernel_cka_null",
                          "optimal_cosine_null", "direct_cosine", "pearson"):
@@ -98,9 +103,9 @@ def test_each_combination_equals_value_vector_metrics_per_head(grids, std, dtype
 
 def test_the_two_nulls_differ_and_the_convention_leaves_the_overlap_alone(grids):
     _run, _bounded, matched, _main = grids
-    tok = matched[fmv._combo_key(False, "float64", "p2", "token-shuffled")]
-    rnd = matched[fmv._combo_key(False, "float64", "p2", "random-basis")]
-    kpca = matched[fmv._combo_key(False, "float64", "kpca", "token-shuffled")]
+    tok = matched[fmv.combo_key(False, "float64", "p2", "token-shuffled")]
+    rnd = matched[fmv.combo_key(False, "float64", "p2", "random-basis")]
+    kpca = matched[fmv.combo_key(False, "float64", "kpca", "token-shuffled")]
     assert not torch.allclose(tok["subspace_overlap_null"], rnd["subspace_overlap_null"])
     assert torch.equal(tok["subspace_overlap"], rnd["subspace_overlap"])  # V vs V̂: no null in it
     # span(V̂) does not change when its columns are rescaled (a_m vs a_m/√μ_m)
@@ -165,7 +170,7 @@ def test_only_the_heads_whose_p2_verdict_straddles_are_matched():
     for oc, verdict in ((0.2, R), (0.35, I)):  # the open head's exact value decides its verdict
         exact = {"optimal_cosine": torch.full((B, H), oc, dtype=torch.float64),
                  "optimal_cosine_null": torch.full((B, H), oc, dtype=torch.float64)}
-        partial = fmv.with_matched(layer, exact, [1])
+        partial = mv.with_matched(layer, exact, [1])
         assert torch.equal(partial["optimal_cosine"][:, 0], layer["optimal_cosine"][:, 0])
         assert torch.equal(partial["optimal_cosine_hi"][:, 1], exact["optimal_cosine"][:, 1])
         got, still_open = mv.v_bounded("m", {0: partial}, [0, 1], "ours")
@@ -191,8 +196,8 @@ def test_a_straddling_model_verdict_asks_for_every_head():
 
 def test_partial_matching_gives_the_full_matchings_values_for_its_heads():
     run = SyntheticRun()
-    full = fmv.v_matched_layer(run, 0, False, "float64")
-    part = fmv.v_matched_layer(run, 0, False, "float64", heads=[1])
+    full = fmv.v_matched_layer(_ctx(run), False, "float64")
+    part = fmv.v_matched_layer(_ctx(run), False, "float64", heads=[1])
     for name in fmv.TARGETS:
         assert torch.isnan(part[name][:, 0]).all()
         torch.testing.assert_close(part[name][:, 1], full[name][:, 1], rtol=0, atol=1e-12)
@@ -202,9 +207,9 @@ def test_a_float32_failure_is_an_error_of_that_combination_only():
     run = SyntheticRun()
     # keys beyond the float32 range (a capture in float64): the float32 route cannot hold them
     run._data = {**run._data, "k": run._data["k"].to(torch.float64) * 1e39}
-    metrics, errors = fmv.v_grid_layer(run, 0, COMBOS)
+    metrics, errors = fmv.v_grid_layer(_ctx(run), COMBOS)
     assert (False, "float32") in errors and "synthetic" in errors[(False, "float32")]
-    assert fmv._combo_key(False, "float64", "p2", "random-basis") in metrics
+    assert fmv.combo_key(False, "float64", "p2", "random-basis") in metrics
     assert not any("dtype=float32" in key for key in metrics)
 
 
@@ -245,13 +250,15 @@ def test_a_specifications_claim_j_takes_v_hat_from_the_grid_with_the_same_bits_a
         run = SyntheticRun(tag="specification std=on")
         run._info = {**run._info, "scale": 0.5}
         run.options = dataclasses.replace(run.options, standardize=True)
-        run.v_hat_store = store
+        run.shared = None if store is None else {"v_hat": store}
         return run
 
     store: dict = {}
     grid_run = j_run(None)
-    fmv.v_grid_layer(grid_run, 0, [(True, "float64"), (False, "float64")],
-                     v_hat_out={(True, "float64"): store}, convention="p2")
+    fmv.v_grid_layer(_ctx(grid_run), [(True, "float64"), (False, "float64")],
+                     v_hat_out=lambda key, values: store.update(
+                         {key: values[(True, "float64")]} if (True, "float64") in values else {}),
+                     convention="p2")
     assert len(store) == 2  # one V̂ per batch (two token counts), only for the asked combination
     shared = j_run(store).compute_layer("J", 0)
     assert store == {}  # taken out as used
@@ -263,7 +270,7 @@ def test_a_specifications_claim_j_takes_v_hat_from_the_grid_with_the_same_bits_a
                                    msg=name)
         torch.testing.assert_close(value, per_head[name], rtol=1e-9, atol=1e-12, equal_nan=True,
                                    msg=name)
-    assert ModelRun.v_hat_store is None  # the claim tests' runs: the fit computes its own V̂
+    assert ModelRun.shared is None  # the claim tests' runs: the fit computes its own V̂
 
 
 @pytest.mark.parametrize("standardize", [False, True])
@@ -280,11 +287,12 @@ def test_a_specifications_claim_e_takes_its_values_from_the_grid_with_the_same_b
         run = SyntheticRun(tag="specification std=" + ("on" if standardize else "off"))
         run._info = {**run._info, "scale": 0.5}
         run.options = dataclasses.replace(run.options, standardize=standardize)
-        run.e_store = store
+        run.shared = None if store is None else {"grams": store}
         return run
 
     store: dict = {}
-    fmv.v_grid_layer(e_run(None), 0, COMBOS, e_out={standardize: store})
+    fmv.v_grid_layer(_ctx(e_run(None)), COMBOS, offer_grams=lambda key, payload: store.update(
+        {key: claim_e_layer.values_from_grams(payload, [(standardize,)])[(standardize,)]}))
     assert len(store) == 2  # one entry per batch (two token counts)
     shared = e_run(store).compute_layer("E", 0)
     assert store == {}  # taken out as used
@@ -296,11 +304,11 @@ def test_a_specifications_claim_e_takes_its_values_from_the_grid_with_the_same_b
         torch.testing.assert_close(value, own[name], rtol=0, atol=0, equal_nan=True, msg=name)
         torch.testing.assert_close(value, claim_test[name], rtol=1e-9, atol=1e-12,
                                    equal_nan=True, msg=name)
-    assert ModelRun.e_store is None  # the claim tests' runs: claim E computes its own
+    assert ModelRun.shared is None  # the claim tests' runs: claim E computes its own
 
 
 def test_the_grid_leaves_claim_e_alone_without_both_float64_grams():
     store: dict = {}
-    fmv.v_grid_layer(SyntheticRun(), 0, [(False, "float64"), (False, "float32")],
-                     e_out={False: store})
+    fmv.v_grid_layer(_ctx(SyntheticRun()), [(False, "float64"), (False, "float32")],
+                     offer_grams=lambda key, payload: store.update({key: payload}))
     assert store == {}  # claim E needs the raw and the standardised Gram: it computes its own
