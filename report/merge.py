@@ -152,11 +152,9 @@ def _input_sets(data: dict) -> dict:
     return out
 
 
-def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
-    """The merged results of ``inputs`` ((path, results) pairs, two or more shards of one run)."""
-    if not inputs:
-        raise MergeError("give at least one results.json to merge")
-    names = [_name(p) for p, _ in inputs]
+def _check_inputs(inputs: list[tuple[Path, dict]], names: list[str]) -> None:
+    """Each input given once, each accounted for, and all of one run: the same options,
+    thresholds, submission and code, and the same content wherever models read one input set."""
     seen_paths: dict[str, str] = {}
     for (path, _), name in zip(inputs, names):
         real = os.path.realpath(path)
@@ -198,7 +196,11 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
                     f"{other_key} and {key} read different {kind_source[0]} inputs from the "
                     "same source): merge only shards made with the same input files")
             sets.setdefault(kind_source, (digest, name, key))
-    # shards: one run, each shard once
+
+
+def _shards(inputs: list[tuple[Path, dict]], names: list[str]) -> tuple[set, int | None, dict]:
+    """(declared models, shard count or None, {shard index: input name}): the shards of one run,
+    each once."""
     declared: set[str] = set()
     shard_count = None
     shard_of: dict[int, str] = {}
@@ -220,10 +222,14 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
                              f"{shard['index']}/{shard['count']}: give each shard once")
         shard_of[shard["index"]] = name
         declared.update(shard["declared_models"])
-    # every model and every record once
+    return declared, shard_count, shard_of
+
+
+def _recorded_models(inputs: list[tuple[Path, dict]], names: list[str], by_layers: bool) -> set:
+    """The models the inputs hold, every model and every record in one input only (layer shards
+    share their models and their model records, which the merge rebuilds)."""
     model_in: dict[str, str] = {}
     record_in: dict[tuple, str] = {}
-    by_layers = merge_layers.layer_run(inputs, names)
     for name, (_, data) in zip(names, inputs):
         for key in data["models"]:
             if key in model_in and not by_layers:  # layer shards share their models
@@ -236,23 +242,14 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
                 raise MergeError(f"{record_in[key]} and {name} both hold the record of "
                                  f"{rec.get('test_id') or key}: duplicate records cannot be merged")
             record_in[key] = name
-    recorded_models = set(model_in) | {r["model"] for _, d in inputs for r in d["records"]}
-    missing = sorted(declared - recorded_models)
+    return set(model_in) | {r["model"] for _, d in inputs for r in d["records"]}
 
-    models: dict = {}
-    records: list = []
-    not_run: set[str] = set()
-    for _, data in inputs:
-        models.update(data["models"])
-        records.extend(data["records"])
-        not_run.update(data["not_run"])
-    if by_layers:  # every record of a sharded claim rebuilt over every layer (method §7)
-        records = merge_layers.rebuilt_records(inputs, names)
-    statuses = [int(d.get("exit_status", 0)) for _, d in inputs]
-    odd = [s for s in statuses if s not in (0, 1, 9)]  # 9: that shard judged nothing
-    judged = [s for s in statuses if s in (0, 1)]
-    exit_status = odd[0] if odd else max(judged) if judged else 9
-    complete = all(d["complete"] for _, d in inputs) and not missing and not not_run
+
+def _provenance(inputs: list[tuple[Path, dict]], names: list[str], command: str | None,
+                declared: set, missing: list, shard_count: int | None, shard_of: dict) -> dict:
+    """The merged run's provenance: the first input's, with the merge's date and command, the
+    workers added up, each input's own summary and what is missing."""
+    first = inputs[0][1]
     prov = dict(first["provenance"])
     prov.pop("shard", None)
     prov.update({
@@ -277,18 +274,13 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
         prov["missing_shards"] = sorted(set(range(1, shard_count + 1)) - set(shard_of))
     if any(d["provenance"].get("accelerator_path") for _, d in inputs):
         prov["accelerator_path"] = True
-    merged = {
-        "schema": RESULTS_SCHEMA, "provenance": prov, "options": first["options"],
-        "thresholds": first["thresholds"],
-        "models": {k: models[k] for k in sorted(models)},
-        "records": sorted(records, key=_record_key),
-        "not_run": sorted(not_run),
-        "complete": complete,
-        "exit_status": exit_status,
-    }
-    # per-run fields recomputed or joined over the shards (one run's shape, docs/results-schema.md)
-    if by_layers:  # the rebuilt records decide the exit; a missing shard's layers are named
-        merge_layers.settle(merged, inputs)
+    return prov
+
+
+def _joined_fields(merged: dict, inputs: list[tuple[Path, dict]]) -> None:
+    """The per-run fields recomputed or joined over the shards (one run's shape,
+    docs/results-schema.md), added to ``merged``."""
+    first = inputs[0][1]
     merged["summary"] = summary(merged["records"], merged["not_run"])
     durations: dict = {}  # a layer shard's model tests ran in every shard: their times add
     for _, d in inputs:
@@ -310,6 +302,44 @@ def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
     for key in first:
         if key not in _BUILT and all(d.get(key) == first[key] for _, d in inputs):
             merged[key] = first[key]
+
+
+def merge(inputs: list[tuple[Path, dict]], command: str | None = None) -> dict:
+    """The merged results of ``inputs`` ((path, results) pairs, two or more shards of one run)."""
+    if not inputs:
+        raise MergeError("give at least one results.json to merge")
+    names = [_name(p) for p, _ in inputs]
+    _check_inputs(inputs, names)
+    declared, shard_count, shard_of = _shards(inputs, names)
+    by_layers = merge_layers.layer_run(inputs, names)
+    missing = sorted(declared - _recorded_models(inputs, names, by_layers))
+    models: dict = {}
+    records: list = []
+    not_run: set[str] = set()
+    for _, data in inputs:
+        models.update(data["models"])
+        records.extend(data["records"])
+        not_run.update(data["not_run"])
+    if by_layers:  # every record of a sharded claim rebuilt over every layer (method §7)
+        records = merge_layers.rebuilt_records(inputs, names)
+    statuses = [int(d.get("exit_status", 0)) for _, d in inputs]
+    odd = [s for s in statuses if s not in (0, 1, 9)]  # 9: that shard judged nothing
+    judged = [s for s in statuses if s in (0, 1)]
+    first = inputs[0][1]
+    merged = {
+        "schema": RESULTS_SCHEMA,
+        "provenance": _provenance(inputs, names, command, declared, missing, shard_count,
+                                  shard_of),
+        "options": first["options"], "thresholds": first["thresholds"],
+        "models": {k: models[k] for k in sorted(models)},
+        "records": sorted(records, key=_record_key),
+        "not_run": sorted(not_run),
+        "complete": all(d["complete"] for _, d in inputs) and not missing and not not_run,
+        "exit_status": odd[0] if odd else max(judged) if judged else 9,
+    }
+    if by_layers:  # the rebuilt records decide the exit; a missing shard's layers are named
+        merge_layers.settle(merged, inputs)
+    _joined_fields(merged, inputs)
     return merged
 
 

@@ -75,9 +75,6 @@ MAX_FUNCTION_LINES = 80
 #: 2026-11-28: 8 functions over the bound (15 with docstrings counted). Only shrinks: split a
 #: function along its seams and remove its entry; a new long function is split, not listed.
 LONG_FUNCTIONS: dict[str, str] = {
-    "report.merge:merge":
-        "checks the shards agree, then joins each field of results.json in the schema's order; "
-        "not yet split into one function per group of fields",
     "bench.run:main":
         "the bench command line: its options and the dispatch to each benchmark in one place",
     "report.svg_line_plot:line_plot":
