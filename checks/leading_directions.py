@@ -1,0 +1,100 @@
+"""Claim V by directions (method §2.5): which of V̂'s leading directions span(V) contains.
+
+The subspace overlap (:func:`checks.matrix_similarity.subspace_overlap`) is one number per head,
+the mean cos² of the principal angles between span(V) and span(V̂). It cannot tell a head that
+shares half of V̂'s directions exactly from one whose every direction is tilted half-way, nor
+V̂'s top directions from its bottom ones, although P1's claim is about the top ones. Here each of
+V̂'s directions is taken in its eigenvalue order: direction m is the part of V̂'s m-th column
+(the m-th largest eigenvalue of the centred key Gram) not in the span of the columns before it,
+and its *capture* is the share of it that span(V) holds, c_m = ‖Q_Vᵀ q_m‖² ∈ [0, 1] (1: span(V)
+contains it). Both sides are centred over the tokens, as the overlap's are, so the captures do
+not change under the maps the network cannot see, V → V·M + 1cᵀ.
+
+From the captures: ``shared``, how many of V̂'s directions span(V) holds to cos² ≥ ``bar`` (0.9
+by default, a near-exact direction), and ``weighted``, the captures averaged with the directions'
+eigenvalues as weights (the share of the kernel's variance in its top d components whose
+directions span(V) holds), which ranks a head holding V̂'s top directions above one holding its
+bottom ones. Pure batched tensor math; nothing here loops over heads or samples.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .matrix_similarity import centred_column_basis
+from .similarity_scaling import peak_one
+
+#: cos² at or above which a direction counts as shared (a near-exact direction).
+SHARED_BAR = 0.9
+
+
+def nested_directions(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [..., N, d], valid [..., d]): orthonormal directions of y's columns centred over the
+    tokens, in column order, q_m the part of column m not in the span of columns 1..m−1 (QR
+    without pivoting); ``valid`` where that part is not round-off (|R_mm| above
+    max(N, d)·ε·max |R_jj|). Columns past N (N < d) are zero and not valid.
+
+    >>> y = torch.tensor([[1.0, 1.0], [0.0, 1.0], [-1.0, 1.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> q, valid = nested_directions(torch.cat([y, y[:, :1]], -1))  # a repeated column
+    >>> valid.tolist()  # the second column is constant: nothing is left of it once centred
+    [True, False, False]
+    """
+    n, d = y.shape[-2], y.shape[-1]
+    yc = peak_one(y)
+    yc = yc - yc.mean(dim=-2, keepdim=True)
+    q, r = torch.linalg.qr(yc)
+    diag = torch.diagonal(r, dim1=-2, dim2=-1).abs()  # [..., min(N, d)]
+    eps = torch.finfo(y.dtype).eps
+    valid = diag > max(n, d) * eps * diag.amax(-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny)
+    if n < d:
+        q = torch.nn.functional.pad(q, (0, d - n))
+        valid = torch.nn.functional.pad(valid, (0, d - n), value=False)
+    return q * valid.to(q.dtype).unsqueeze(-2), valid
+
+
+def leading_capture(x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor, *,
+                    bar: float = SHARED_BAR) -> dict[str, torch.Tensor]:
+    """How much of each of y's directions (V̂'s, in eigenvalue order) the span of x (V) holds.
+
+    Parameters
+    ----------
+    x, y : Tensor [..., N, d]
+        Learned values V and the kernel-PCA values V̂ (columns in descending eigenvalue order).
+    weights : Tensor [..., d]
+        The directions' weights: the eigenvalues μ_m of the centred key Gram (non-negative;
+        a direction of weight 0 adds nothing to ``weighted``).
+    bar : float
+        The cos² at or above which a direction counts as shared (:data:`SHARED_BAR`).
+
+    Returns
+    -------
+    dict of Tensor
+        ``capture`` [..., d]: c_m = ‖Q_xᵀ q_m‖² (NaN for a direction that is not valid:
+        :func:`nested_directions`); ``shared`` [...]: how many valid c_m ≥ ``bar``;
+        ``weighted`` [...]: Σ w_m c_m / Σ w_m over the valid directions (NaN when no valid
+        direction has weight); ``directions`` [...]: how many directions are valid.
+
+    Examples
+    --------
+    V = V̂ up to the maps the network cannot see holds every direction:
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> y = torch.randn(20, 4, generator=g, dtype=torch.float64)
+    >>> m = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    >>> out = leading_capture(y @ m + 3.0, y, torch.tensor([4.0, 3.0, 2.0, 1.0], dtype=torch.float64))
+    >>> [round(c, 9) for c in out["capture"].tolist()], int(out["shared"]), round(float(out["weighted"]), 9)
+    ([1.0, 1.0, 1.0, 1.0], 4, 1.0)
+    """
+    if x.shape != y.shape or weights.shape != (*y.shape[:-2], y.shape[-1]):
+        raise ValueError(f"x and y must be [..., N, d] and weights [..., d]; got x "
+                         f"{tuple(x.shape)}, y {tuple(y.shape)}, weights {tuple(weights.shape)}")
+    qx, _rank = centred_column_basis(peak_one(x))
+    qy, valid = nested_directions(y)
+    capture = (qx.transpose(-1, -2) @ qy).pow(2).sum(dim=-2)  # [..., d]
+    capture = torch.where(valid, capture, torch.full_like(capture, float("nan")))
+    w = torch.where(valid, weights.to(capture.dtype).clamp_min(0.0), torch.zeros_like(capture))
+    total = w.sum(dim=-1)
+    weighted = (w * capture.nan_to_num(0.0)).sum(dim=-1) / total
+    weighted = torch.where(total > 0, weighted, torch.full_like(weighted, float("nan")))
+    return {"capture": capture, "shared": ((capture >= bar) & valid).sum(dim=-1),
+            "weighted": weighted, "directions": valid.sum(dim=-1)}
