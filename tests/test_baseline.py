@@ -297,7 +297,10 @@ def _args(ckpt, tmp, *extra, arch="vit_tiny_patch16_224"):
             "--checkpoint", str(ckpt), "--arch", arch, "--layers", "0", "--heads", "0,1",
             "--n-samples", "4", "--cache-dir", str(tmp / "cache"),
             # the gate compares whatever verdicts a rule set gives; these cases were built on P2's
-            "--rules", "p2", *extra]
+            "--rules", "p2",
+            # one thread, as an xdist worker's: a serial run's default (all cores) spin-waits
+            # beside the other test worker on 2 cores; the gate does not depend on it
+            "--threads", "1", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -573,7 +576,10 @@ def test_a_baseline_of_another_selection_or_claim_set_stops_before_any_test(pyte
     """The baseline holds heads 0,1 of layer 0; a run of head 0 only, or of claim V only, is not
     comparable: refused at start-up (no test runs, no results.json), not after the run; under
     -n 2 by the controller, on the positions its first worker collected, before it schedules
-    any test."""
+    any test. (The claim set under -n 2 is not run again: the controller makes the one check
+    (startup_checks.check_collected → check_baseline) that the head run shows it reach, on
+    positions after -k, which the -n 2 run of the next test shows (its -k leaves --require
+    nothing); the claim-set sentence is the serial run's.)"""
     name = "xdist" if workers else "serial"
     out, cache = gate_env["tmp"] / f"sel-{name}", gate_env["tmp"] / f"sel-{name}-cache"
     heads = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
@@ -585,8 +591,10 @@ def test_a_baseline_of_another_selection_or_claim_set_stops_before_any_test(pyte
     assert "use the --layers/--heads of the baseline run" in err
     assert len([line for line in err.splitlines() if line.strip()]) == 1, err
     _nothing_ran(heads, out, cache)
+    if workers:
+        return
     claims = _run(pytester, gate_env, gate_env["b"], "--baseline", str(gate_env["base"]),
-                  "-k", "value_vectors", "--out", str(out), "--cache-dir", str(cache), *workers)
+                  "-k", "value_vectors", "--out", str(out), "--cache-dir", str(cache))
     assert claims.ret == 4 and "the claim set differs" in claims.stderr.str()
     _nothing_ran(claims, out, cache)
 

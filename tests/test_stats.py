@@ -254,17 +254,20 @@ def _run(pytester, ckpt: Path, out: Path, *extra: str):
 @pytest.mark.slow
 def test_serial_and_xdist_give_identical_cis_and_rules_picks_the_verdict(pytester, tiny_checkpoint,
                                                                         tmp_path):
+    """--rules picks which of the two verdicts a record judges by and changes neither. (Serial
+    and -n 2 give identical records, CIs, tests against chance and both verdicts included, to the
+    bit: tests/test_end_to_end.py::test_serial_and_xdist_runs_give_identical_records, each run
+    with its own cache; this test made a third such run.)"""
     serial = _run(pytester, tiny_checkpoint, tmp_path / "serial")
-    par = _run(pytester, tiny_checkpoint, tmp_path / "xdist", "-n", "2")
     p2 = _run(pytester, tiny_checkpoint, tmp_path / "p2", "--rules", "p2")
-    for run in (serial, par, p2):
+    for run in (serial, p2):
         assert run.ret in (0, 1), run.stdout.str()[-3000:]
-    a, b, c = ({r["test_id"]: r for r in json.loads((tmp_path / d / "results.json").read_text())["records"]}
-               for d in ("serial", "xdist", "p2"))
-    assert set(a) == set(b) == set(c) and len(a) == 3
+    a, c = ({r["test_id"]: r for r in json.loads((tmp_path / d / "results.json").read_text())["records"]}
+            for d in ("serial", "p2"))
+    assert set(a) == set(c) and len(a) == 3
     for tid in a:
-        assert a[tid]["ci"] == b[tid]["ci"] and a[tid]["vs_null"] == b[tid]["vs_null"]
-        assert a[tid]["verdicts"] == b[tid]["verdicts"] == c[tid]["verdicts"]
+        assert a[tid]["ci"] == c[tid]["ci"] and a[tid]["vs_null"] == c[tid]["vs_null"]
+        assert a[tid]["verdicts"] == c[tid]["verdicts"]
         assert a[tid]["verdict"] == a[tid]["verdicts"]["ours"] and a[tid]["options"]["rules"] == "ours"
         assert c[tid]["verdict"] == c[tid]["verdicts"]["p2"] and c[tid]["options"]["rules"] == "p2"
         assert set(a[tid]["p2_code"]) == set(claim_v.P2_CODE_METRICS)

@@ -12,6 +12,7 @@ import pytest
 
 import fixtures  # noqa: F401  (torchvision shim before timm)
 import timm  # noqa: F401  (imported here so that in-process runs never import (and register) it twice)
+import torch
 from claims import outcome
 from fixtures.models import capture, loading as models  # noqa: F401  (likewise)
 from fixtures import plugin
@@ -23,6 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
 MODEL = ("--models", "random-vit_tiny_patch16_224", "--n-samples", "4", "--heads", "0,1")
 SMALL = (*MODEL, "--layers", "0")
+# The in-process runs compute on one thread: a serial run's default (all cores) spin-waits beside
+# the other test worker (the default-run test: 62 s, 4 s on one thread, 2 cores at load ~5);
+# what a run prints does not depend on it.
+ONE_THREAD = ("--threads", "1")
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +38,15 @@ def cache_dir(tmp_path_factory) -> Path:
 
 def claims(pytester: pytest.Pytester, out: Path, cache: Path, *args: str,
            plugins=()) -> pytest.RunResult:
+    threads = torch.get_num_threads()
     try:
         return pytester.runpytest_inprocess(
             str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
-            *SMALL, "--out", str(out), "--cache-dir", str(cache), *args, plugins=list(plugins))
+            *SMALL, *ONE_THREAD, "--out", str(out), "--cache-dir", str(cache), *args,
+            plugins=list(plugins))
     finally:
         set_progress_writer(None)  # the inner run's terminal is gone
+        torch.set_num_threads(threads)  # --threads 1 was the inner run's, not this worker's
 
 
 def nonempty(result: pytest.RunResult) -> list[str]:
@@ -274,23 +282,44 @@ def test_report_paths_are_relative_inside_the_checkout_and_hashed_outside(tmp_pa
                         "https://arxiv.org/abs/2406.13762; /255")
 
 
+def _logged_run(tmp_path: Path, name: str, *args: str) -> tuple[str, str, Path]:
+    """A ``-n 2`` claims run with its output redirected to files, as on CI or in a Slurm job (no
+    TTY): (stdout, stderr, out folder); refuted claims, exit 1."""
+    import os
+    import subprocess
+    import sys
+
+    out, log = tmp_path / f"out-{name}", tmp_path / f"log-{name}"
+    with open(log.with_suffix(".out"), "w") as stdout, open(log.with_suffix(".err"), "w") as stderr:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "claims/", "-p", "no:cacheprovider", *args,
+             "-n", "2", "--out", str(out), "--cache-dir", str(tmp_path / f"cache-{name}")],
+            cwd=ROOT, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, timeout=600,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    text = log.with_suffix(".out").read_text()
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, text[-3000:]
+    return text, log.with_suffix(".err").read_text(), out
+
+
+@pytest.fixture(scope="module")
+def workers_run(tmp_path_factory) -> tuple[str, str, Path]:
+    """One ``-n 2`` run over two layers, logged to files, that the two tests below read."""
+    return _logged_run(tmp_path_factory.mktemp("workers"), "n2", *MODEL, "--layers", "0,1")
+
+
 @pytest.mark.slow
-def test_workers_print_rate_and_eta_and_the_run_still_ends_with_the_table(pytester, tmp_path):
+@pytest.mark.xdist_group("terminal-workers")  # one worker makes the module's -n 2 run
+def test_workers_print_rate_and_eta_and_the_run_still_ends_with_the_table(workers_run):
     """-n 2: each worker's progress lines (model, stage, rate, ETA) reach the terminal, no
     per-test letter breaks them, and the table and paths are still the last lines."""
-    out = tmp_path / "out"
-    result = pytester.runpytest_subprocess(
-        str(ROOT / "claims"), "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
-        *MODEL, "--layers", "0,1", "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
-        "-n", "2", timeout=600)
-    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-3000:]
-    text = result.stdout.str() + result.stderr.str()
+    stdout, stderr, out = workers_run
+    text = stdout + stderr
     # (a stage this short prints only its closing line; the ETA lines: the unit tests above)
     assert re.search(r"^\[gw[01]\] random-vit_tiny_patch16_224 claim V 2/2 layers, [\d.]+ "
                      r"s/layer, done in (<1|\d+) (s|min)$", text, re.M), text[-3000:]
     assert not re.search(r"[RI.]\[gw", text)  # no letter glued to a progress line
     results = json.loads((out / "results.json").read_text())
-    lines = [line for line in result.stdout.lines if line.strip()]
+    lines = [line for line in stdout.splitlines() if line.strip()]
     table = closing(results, out)
     assert lines[-len(table):] == table
 
@@ -322,32 +351,17 @@ def test_a_short_stage_prints_only_its_closing_line(monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_run_logged_to_a_file_shows_each_model_and_stage_while_it_runs(tmp_path):
+@pytest.mark.xdist_group("terminal-workers")
+def test_a_run_logged_to_a_file_shows_each_model_and_stage_while_it_runs(workers_run, tmp_path):
     """Output redirected to files, as on CI or in a Slurm job (no TTY), -n 2: stderr carries one
     line per model and stage (loading, captured, claim V/J/E done with its time) from the
     workers; under -q, none."""
-    import os
-    import subprocess
-    import sys
-
-    def run(*extra: str) -> str:
-        log = tmp_path / f"log{len(extra)}"
-        with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
-            done = subprocess.run(
-                [sys.executable, "-m", "pytest", "claims/", "-p", "no:cacheprovider", *SMALL,
-                 "-n", "2", "--out", str(tmp_path / f"out{len(extra)}"),
-                 "--cache-dir", str(tmp_path / f"cache{len(extra)}"), *extra],
-                cwd=ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL, timeout=600,
-                env={**os.environ, "PYTHONPATH": str(ROOT)})
-        assert done.returncode == 1, log.with_suffix(".out").read_text()[-3000:]
-        return log.with_suffix(".err").read_text()
-
     m = "random-vit_tiny_patch16_224"
-    err = run()
+    err = workers_run[1]
     assert re.search(rf"^\[gw[01]\] loading {m} \(", err, re.M), err[-3000:]
     assert re.search(rf"^\[gw[01]\] {m} ready in [\d.]+ s \(captured Q/K/V of 4 samples", err, re.M)
     for claim in "VJE":
-        assert re.search(rf"^\[gw[01]\] {m} claim {claim} 1/1 layer, [\d.]+ s/layer, done in "
+        assert re.search(rf"^\[gw[01]\] {m} claim {claim} 2/2 layers, [\d.]+ s/layer, done in "
                          r"(<1|\d+) (s|min)$", err, re.M), err[-3000:]
-    quiet = run("-q")
+    _, quiet, _ = _logged_run(tmp_path, "quiet", *SMALL, "-q")
     assert not re.search(r"^\[(gw\d|kpca)\] ", quiet, re.M), quiet[-3000:]
