@@ -415,3 +415,45 @@ def test_claim_js_default_statistic_is_the_grids_default():
     axis = mv.load_grid()["j_statistic"]
     assert axis.default == J_DEFAULT_STATISTIC
     assert set(axis.values) == {J_DEFAULT_STATISTIC, *J_STATISTICS}
+
+
+@pytest.mark.parametrize("axes, message", [
+    ({"null": {"label": "n2", "values": ["a", "b"], "stage": "decide", "option": "x",
+               "why": "w"}}, "is already an axis of the grid"),
+    ({"toy": {"label": "std", "values": ["a", "b"], "stage": "decide", "option": "x",
+              "why": "w"}}, "label 'std' is used by another axis"),
+    ({"toy": {"label": "ty", "values": ["a", "b"], "stage": "decide", "option": "x",
+              "default": "c", "why": "w"}}, "default 'c' is not among its values"),
+    ({"toy": {"label": "ty", "values": ["a"], "stage": "decide", "option": "x", "why": "w"}},
+     "at least two distinct strings"),
+])
+def test_a_claims_own_axis_is_checked_like_the_files(axes, message):
+    """``ClaimSpec.axes`` join the grid through the same checks as claims/specifications.toml's
+    axes, and may not take a name or label the grid has: the error names the claim and axis."""
+    from claims import registry
+
+    spec = registry.register(registry.ClaimSpec(
+        id="T", section="claim_t", title="t", statement="t", source="t", unit="head",
+        levels=("head",), curve=lambda: {}, axes=axes))
+    try:
+        with pytest.raises(mv.GridError, match=message) as info:
+            mv.load_grid()
+        assert "claim T" in str(info.value) and next(iter(axes)) in str(info.value)
+    finally:
+        registry.unregister(spec.id)
+    assert "toy" not in mv.load_grid()
+
+
+def test_an_axis_of_no_run_option_needs_a_default():
+    from fixtures.engine.multiverse_metrics import default_specification
+    from fixtures.engine.run_options import RunOptions
+
+    grid = dict(mv.load_grid())
+    grid["odd"] = mv.Axis(name="odd", label="odd", values=("a", "b"), claims=("V",),
+                          stage="compute", option="no_such_option", why="w")
+    with pytest.raises(mv.GridError, match="axis 'odd' names 'no_such_option', which is not a run "
+                                          "option.*give the axis a default"):
+        default_specification(RunOptions(), grid)
+    grid["odd"] = mv.Axis(name="odd", label="odd", values=("a", "b"), claims=("V",),
+                          stage="compute", option="no_such_option", why="w", default="b")
+    assert default_specification(RunOptions(), grid)["odd"] == "b"
