@@ -98,3 +98,21 @@ def leading_capture(x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor, *,
     weighted = torch.where(total > 0, weighted, torch.full_like(weighted, float("nan")))
     return {"capture": capture, "shared": ((capture >= bar) & valid).sum(dim=-1),
             "weighted": weighted, "directions": valid.sum(dim=-1)}
+
+
+def principal_angle_count(x: torch.Tensor, y: torch.Tensor, *,
+                          bar: float = SHARED_BAR) -> torch.Tensor:
+    """How many principal angles between the centred column spaces of x and y have cos² ≥
+    ``bar``: the directions the two spans share near-exactly, in whatever order (the count the
+    overlap's mean cos² hides, method §2.6). Shape [...].
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> y = torch.randn(30, 6, generator=g, dtype=torch.float64)
+    >>> x = torch.cat([y[:, :2], torch.randn(30, 4, generator=g, dtype=torch.float64)], -1)
+    >>> int(principal_angle_count(y @ torch.eye(6, dtype=torch.float64) + 1.0, y)), int(principal_angle_count(x, y))
+    (6, 2)
+    """
+    qx, _ = centred_column_basis(peak_one(x))
+    qy, _ = centred_column_basis(peak_one(y))
+    cos2 = torch.linalg.svdvals(qx.transpose(-1, -2) @ qy).pow(2)
+    return (cos2 >= bar).sum(dim=-1)

@@ -115,3 +115,14 @@ def test_directions_past_the_token_count_or_round_off_are_not_counted():
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="weights"):
         leading_capture(torch.zeros(5, 3), torch.zeros(5, 3), torch.zeros(2))
+
+
+def test_the_principal_angle_count_finds_shared_directions_in_any_order(heads):
+    """The principal-angle count: top 16 and bottom 16 both share 16 directions, the tilted head
+    none (every cos² is 1/2), V̂ itself all 32."""
+    from checks.leading_directions import principal_angle_count
+
+    y, _mu, v = heads
+    counts = {name: int(principal_angle_count(x, y)) for name, x in v.items()}
+    assert counts == {"exact": 32, "top16+random16": 16, "bottom16+random16": 16, "tilted": 0,
+                      "unrelated": 0}
