@@ -339,6 +339,12 @@ SELECTION_CASES = [
     ("threads-0", [*CONTROL, "--threads", "0"],
      "ERROR: --threads 0 is below 1: give at least 1 thread, or leave --threads out for the "
      "automatic choice (1 per xdist worker, all cores serially)"),
+    ("kernel-scale-0", [*CONTROL, "--kernel-scale", "0"],
+     "ERROR: --kernel-scale 0 is not a positive number: give a multiple of the model's softmax "
+     "scale such as 0.5 or 2 (default 1, the model's own)"),
+    ("kernel-scale-nan", [*CONTROL, "--kernel-scale", "nan"],
+     "ERROR: --kernel-scale nan is not a positive number: give a multiple of the model's softmax "
+     "scale such as 0.5 or 2 (default 1, the model's own)"),
     ("batch-size-0", [*CONTROL, "--batch-size", "0"],
      "ERROR: --batch-size 0 is below 1: give at least 1 sample per forward pass (default 16)"),
     ("n-samples-0", [*CONTROL, "--n-samples", "0"],
