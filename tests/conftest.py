@@ -19,20 +19,10 @@ def _nested_runs_get_one_thread(monkeypatch):
     exports 2, one per core) beside the other worker's math: two OpenMP pools on two cores spin
     against each other: the --multiverse and --training-dynamics runs of
     tests/test_multiverse.py, run side by side, took 22 minutes each with two threads and 21 s
-    and 32 s with one.
-
-    An in-process run (``runpytest_inprocess``) sets the worker's own torch thread count to its
-    ``--threads``; the count the test started with is restored after it, so the tests after it on
-    that worker do not run on one thread."""
-    import torch
-
+    and 32 s with one."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         for name in THREAD_VARIABLES:
             monkeypatch.setenv(name, "1")
-    threads = torch.get_num_threads()
-    yield
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
