@@ -10,9 +10,7 @@ records judge γ (the axes recovered from V), its model records the route statis
 
 from __future__ import annotations
 
-SUPPORTED = ("supported",)
-REFUTED = ("refuted",)
-NOT_SUPPORTED = ("refuted", "inconclusive", "undetermined")  # undetermined: the rule cannot tell
+from .control_vocabulary import DOSES, NOT_SUPPORTED, POSITIVE, REFUTED, SUPPORTED, WHY_DOSE
 
 _WHY_POS_GAMMA = ("the axes recovered from V are Gram eigenvectors up to the map W_O undoes "
                   "(method §12.2)")
@@ -33,12 +31,10 @@ _WHY_RANDOM_GAMMA = ("at random initialisation the centred key Gram has a few do
                      "the direction-wise overlap ω shows the rest of the span is not invariant "
                      "(random ViT: ρ position 0.16-0.23, ω position 0.54-0.63 against the bar 0.1). Not "
                      "a true null, so only 'not supported' is certain (method §4.2, §12.5)")
-_WHY_DOSE = ("dose-response point: V is V̂ plus row-norm noise of this size, so the claim holds "
+WHY_DOSE = ("dose-response point: V is V̂ plus row-norm noise of this size, so the claim holds "
              "only approximately; reported to show where the verdict turns, not judged "
              "(method §12.2)")
 
-_POSITIVE = ("vhat", "rotated", "mixed-cond10", "mixed-cond100", "mixed-cond1000", "scaled-10",
-             "scaled-100", "scaled-1000", "signs", "permuted", "noise-1pct")
 _STANDARDISED = (SUPPORTED, _WHY_E_STD)
 
 
@@ -46,9 +42,9 @@ def expectations() -> dict[str, dict[str, tuple[tuple[str, ...], str]]]:
     """Claim E's expectation per control kind: γ at head level, the routes at model level."""
     return {
         **{kind: {"head": (SUPPORTED, _WHY_POS_GAMMA), "model": _STANDARDISED}
-           for kind in _POSITIVE},
-        **{kind: {"head": ((), _WHY_DOSE), "model": _STANDARDISED}
-           for kind in ("noise-5pct", "noise-20pct", "noise-100pct")},
+           for kind in (*POSITIVE, "noise-1pct")},
+        **{kind: {"head": ((), WHY_DOSE), "model": _STANDARDISED}
+           for kind in DOSES},
         **{kind: {"head": (REFUTED, _WHY_NEG_GAMMA), "model": _STANDARDISED}
            for kind in ("null", "random-init")},
         "random-init-p1": {"head": (REFUTED, _WHY_NEG_GAMMA), "model": ((), _WHY_E_P1)},

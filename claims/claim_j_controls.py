@@ -10,9 +10,7 @@ series records have none.
 
 from __future__ import annotations
 
-SUPPORTED = ("supported",)
-REFUTED = ("refuted",)
-NOT_SUPPORTED = ("refuted", "inconclusive", "undetermined")  # undetermined: the rule cannot tell
+from .control_vocabulary import DOSES, NOT_SUPPORTED, POSITIVE, REFUTED, SUPPORTED, WHY_DOSE
 
 _WHY_POS_J = ("softmax(s·QKᵀ)·V̂ projects φ(q) onto unit principal axes (kpca convention), so "
               "‖h‖² ≤ ‖φ(q)‖² for every token; a twin's W_O undoes its M or scale (method §12.2)")
@@ -32,12 +30,10 @@ _WHY_P1_J = ("h is not a projection of φ(q); at P1's kernel scale the attention
              "token-shuffled V̂ already explains most of the output (null R² 0.8-0.9), so a rule "
              "that read a high R² as support would support this head: claim J must not be "
              "supported (method §3.6, §12.4)")
-_WHY_DOSE = ("dose-response point: V is V̂ plus row-norm noise of this size, so the claim holds "
+WHY_DOSE = ("dose-response point: V is V̂ plus row-norm noise of this size, so the claim holds "
              "only approximately; reported to show where the verdict turns, not judged "
              "(method §12.2)")
 
-_POSITIVE = ("vhat", "rotated", "mixed-cond10", "mixed-cond100", "mixed-cond1000", "scaled-10",
-             "scaled-100", "scaled-1000", "signs", "permuted", "noise-1pct")
 
 
 def _both(exp: tuple[tuple[str, ...], str]) -> dict[str, tuple[tuple[str, ...], str]]:
@@ -47,8 +43,8 @@ def _both(exp: tuple[tuple[str, ...], str]) -> dict[str, tuple[tuple[str, ...], 
 def expectations() -> dict[str, dict[str, tuple[tuple[str, ...], str]]]:
     """Claim J's expectation per control kind, at layer and model level."""
     return {
-        **{kind: _both((SUPPORTED, _WHY_POS_J)) for kind in _POSITIVE},
-        **{kind: _both(((), _WHY_DOSE)) for kind in ("noise-5pct", "noise-20pct", "noise-100pct")},
+        **{kind: _both((SUPPORTED, _WHY_POS_J)) for kind in (*POSITIVE, "noise-1pct")},
+        **{kind: _both(((), WHY_DOSE)) for kind in DOSES},
         "null": {"layer": (NOT_SUPPORTED, _WHY_NULL_J_LAYER), "model": (REFUTED, _WHY_NULL_J)},
         "random-init": _both((NOT_SUPPORTED, _WHY_NEG_J)),
         "random-init-p1": _both((NOT_SUPPORTED, _WHY_P1_J)),

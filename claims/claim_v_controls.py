@@ -9,9 +9,7 @@ random-initialised models). An empty verdict tuple is no expectation, with its r
 
 from __future__ import annotations
 
-SUPPORTED = ("supported",)
-REFUTED = ("refuted",)
-NOT_SUPPORTED = ("refuted", "inconclusive", "undetermined")  # undetermined: the rule cannot tell
+from .control_vocabulary import DOSES, NOT_SUPPORTED, POSITIVE, REFUTED, SUPPORTED, WHY_DOSE
 LEVELS = ("head", "model")
 
 _WHY_POS_V = ("V = V̂·M spans exactly V̂'s column space and the output projection undoes M, so the "
@@ -26,20 +24,18 @@ _WHY_RANDOM_V = ("at random initialisation values and keys are both linear maps 
                  "embeddings X, so span(V) shares X's dominant directions with span(V̂) (overlap "
                  "excess 0.45-0.47 on the random ViT, method §2.4): claim V is not expected to hold, "
                  "but it is not at chance either, so only 'not supported' is certain (method §12.5)")
-_WHY_DOSE = ("dose-response point: V is V̂ plus row-norm noise of this size, so the claim holds "
+WHY_DOSE = ("dose-response point: V is V̂ plus row-norm noise of this size, so the claim holds "
              "only approximately; reported to show where the verdict turns, not judged "
              "(method §12.2)")
 
-_POSITIVE = ("vhat", "rotated", "mixed-cond10", "mixed-cond100", "mixed-cond1000", "scaled-10",
-             "scaled-100", "scaled-1000", "signs", "permuted")
 
 
 def expectations() -> dict[str, dict[str, tuple[tuple[str, ...], str]]]:
     """Claim V's expectation per control kind, the same at head and model level."""
     per_kind = {
-        **{kind: (SUPPORTED, _WHY_POS_V) for kind in _POSITIVE},
+        **{kind: (SUPPORTED, _WHY_POS_V) for kind in POSITIVE},
         "noise-1pct": (SUPPORTED, _WHY_NOISE_1PCT),
-        **{kind: ((), _WHY_DOSE) for kind in ("noise-5pct", "noise-20pct", "noise-100pct")},
+        **{kind: ((), WHY_DOSE) for kind in DOSES},
         **{kind: (REFUTED, _WHY_NEG_V) for kind in ("null", "random-init", "random-init-p1")},
         "keys-p1": ((), _WHY_KEYS_V),
         "random-init-model": (NOT_SUPPORTED, _WHY_RANDOM_V),

@@ -478,3 +478,16 @@ def test_report_shows_controls_apart_before_the_models_under_test():
     assert f"<h4>{ctrl}</h4>" in html  # provenance still lists every model
     # the claim sections are numbered after the Controls section (2) when there is one
     assert "<h2>3. Claim V" in html and "<h2>2. Claim V" in plain
+
+
+def test_the_claims_verdict_sets_are_the_controls_own():
+    """claims/control_vocabulary.py (the claims' expectations) and fixtures/models/controls.py
+    (which labels them and may not import claims) name the same verdict sets."""
+    from claims import control_vocabulary as vocabulary
+
+    assert (vocabulary.SUPPORTED, vocabulary.REFUTED, vocabulary.NOT_SUPPORTED) == \
+        (controls.SUPPORTED, controls.REFUTED, controls.NOT_SUPPORTED)
+    assert set(vocabulary.POSITIVE) | {"noise-1pct"} == {
+        name for name, (role, _) in controls.LADDER.items() if role == "positive"}
+    assert set(vocabulary.DOSES) == {
+        name for name, (role, _) in controls.LADDER.items() if role == "dose-response"}
