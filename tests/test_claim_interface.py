@@ -349,22 +349,30 @@ def test_a_test_naming_an_unregistered_claim_is_a_collection_error(pytester, tmp
 
 
 # ------------------------------------------------------------------------- the toy claim
-@pytest.fixture(scope="module")
-def toy_run(tmp_path_factory):
-    """One run of the toy claim's test file beside claims/ (-k keeps only its tests)."""
+def _toy_subprocess(tmp_path_factory, name: str, models: str, *args: str) -> SimpleNamespace:
+    """One run of the toy claim's test file beside claims/ in a fresh process, on ``models``,
+    with its own cache and output folder: ``(proc, out, cache)``."""
     import subprocess
     import sys
 
-    base = tmp_path_factory.mktemp("toy")
+    base = tmp_path_factory.mktemp(name)
     (base / "test_entropy_claim.py").write_text(textwrap.dedent(TOY_CLAIM))
     cache, out = base / "cache", base / "out"
     _trained_cache(cache)
+    small = list(SMALL)
+    small[small.index("--models") + 1] = models
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "claims"), str(base / "test_entropy_claim.py"),
            "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "-p", "no:cacheprovider",
-           *SMALL, "--out", str(out), "--cache-dir", str(cache), "-k", "attention_entropy",
-           "-v", "--save-samples"]
+           *small, "--out", str(out), "--cache-dir", str(cache), *args]
     proc = subprocess.run(cmd, cwd=base, capture_output=True, text=True, timeout=600)
     return SimpleNamespace(proc=proc, out=out, cache=cache)
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    """One run of the toy claim's test file beside claims/ (-k keeps only its tests)."""
+    return _toy_subprocess(tmp_path_factory, "toy", "tiny-vit-digits-softmax",
+                           "-k", "attention_entropy", "-v", "--save-samples")
 
 
 @pytest.mark.slow
@@ -404,22 +412,11 @@ def test_a_toy_claim_from_one_test_file_runs_through_the_interface(toy_run):
 
 @pytest.fixture(scope="module")
 def toy_curve_run(tmp_path_factory):
-    """The toy claim's test file with ``--multiverse``: its specification curve beside V, J, E's."""
-    import subprocess
-    import sys
-
-    base = tmp_path_factory.mktemp("toy-curve")
-    (base / "test_entropy_claim.py").write_text(textwrap.dedent(TOY_CLAIM))
-    cache, out = base / "cache", base / "out"
-    _trained_cache(cache)
-    small = list(SMALL)
-    small[1] = "tiny-vit-digits-softmax,kpca-oracle"  # and a control: the toy's expectation
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "claims"), str(base / "test_entropy_claim.py"),
-           "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "-p", "no:cacheprovider",
-           *small, "--out", str(out), "--cache-dir", str(cache), "--report", "none",
-           "--multiverse", "-k", "attention_entropy or specification_curve"]
-    proc = subprocess.run(cmd, cwd=base, capture_output=True, text=True, timeout=600)
-    return SimpleNamespace(proc=proc, out=out, cache=cache)
+    """The toy claim's test file with ``--multiverse``: its specification curve beside V, J, E's,
+    on a model and a control (the toy's expectation)."""
+    return _toy_subprocess(tmp_path_factory, "toy-curve", "tiny-vit-digits-softmax,kpca-oracle",
+                           "--report", "none", "--multiverse",
+                           "-k", "attention_entropy or specification_curve")
 
 
 @pytest.mark.slow
