@@ -20,6 +20,10 @@ from .claim_v_grid import DEFAULT_NULL, NULLS, combo_key, v_grid_layer, v_matche
 
 #: The claim this route computes.
 CLAIM = "V"
+#: The axes one grid covers itself (one Gram per standardisation and precision, both axis
+#: conventions and both nulls from it); every other compute axis (padding, first token, kernel
+#: scale, ...) makes a grid of its own, on a run of those options.
+GRID_AXES = ("standardize", "dtype", "axis_convention", "null")
 #: The module whose code keys the route's cached layers (with claim V's own).
 CODE = "claims.claim_v_curve"
 
@@ -127,29 +131,32 @@ class VRoute:
         self.combos = sorted({(std == "on", dtype)
                               for std in {*values.get("standardize", ()), default["standardize"]}
                               for dtype in {*values.get("dtype", ()), default["dtype"]}})
-        self.own_tokens = ("out", default["first_token"])
         self.own_combo = (default["standardize"] == "on", default["dtype"])
-        self.grids: dict[tuple, tuple] = {}  # tokens → (per_combo, errors)
-        self.exact: dict[tuple, tuple[dict, dict]] = {}  # (tokens, std, dtype) → (done, values)
+        self.grids: dict[tuple, tuple] = {}  # variant → (per_combo, errors)
+        self.exact: dict[tuple, tuple[dict, dict]] = {}  # (variant, std, dtype) → (done, values)
         self.matched: list[str] = []
         ctx.extra["v_matched"] = self.matched
 
-    def _grid_run(self, tokens: tuple):
-        variant = tuple((a, v) for a, v, own in zip(("padding", "first_token"), tokens,
-                                                     self.own_tokens) if v != own)
-        return self.ctx.run_for(variant)
+    def variant_of(self, spec: dict) -> tuple:
+        """The run a specification's grid is computed on: its compute axes outside
+        :data:`GRID_AXES` that differ from the default, as (axis, value) pairs (``()``: the base
+        run); also the store group of the channels it fills (``CurveContext.group_of``)."""
+        ctx = self.ctx
+        return tuple((a, v) for a, v in spec.items() if ctx.grid[a].stage == "compute"
+                     and a not in GRID_AXES and ctx.default.get(a) != v)
 
-    def grid(self, tokens: tuple) -> tuple[dict, dict]:
-        """The grid of one token set over the curve's layers: ``(per_combo, errors)``, with
-        ``per_combo[combo_key]`` → {layer: metrics}. Building it fills the ``v_hat`` stores of
-        every (standardisation, precision) and the ``grams`` stores of every standardisation of
-        this token set but the main run's own (a specification's claim J and E take them)."""
-        if tokens in self.grids:
-            return self.grids[tokens]
-        ctx, own = self.ctx, tokens == self.own_tokens
-        v_hats = ctx.open_stores("v_hat", tokens,
+    def grid(self, variant: tuple) -> tuple[dict, dict]:
+        """The grid of one variant (:meth:`variant_of`) over the curve's layers: ``(per_combo,
+        errors)``, with ``per_combo[combo_key]`` → {layer: metrics}. Building it fills the
+        ``v_hat`` stores of every (standardisation, precision) and the ``grams`` stores of every
+        standardisation of this variant but the main run's own (a specification's claim J and E
+        take them)."""
+        if variant in self.grids:
+            return self.grids[variant]
+        ctx, own = self.ctx, variant == ()
+        v_hats = ctx.open_stores("v_hat", variant,
                                  [c for c in self.combos if not own or c != self.own_combo])
-        grams = ctx.open_stores("grams", tokens, [(s,) for s in (False, True)
+        grams = ctx.open_stores("grams", variant, [(s,) for s in (False, True)
                                                   if not own or s != self.own_combo[0]])
         offer_v_hat = (lambda key, values: ctx.offer("v_hat", v_hats, key, values)) \
             if v_hats else None
@@ -165,31 +172,31 @@ class VRoute:
         per_combo: dict[str, dict] = {}
         errors: dict[tuple, str] = {}
         for layer, (flat, errs) in ctx.cached_layers(
-                self._grid_run(tokens), ctx.layers, "V-grid", {"combos": sorted(self.combos)},
+                ctx.run_for(variant), ctx.layers, "V-grid", {"combos": sorted(self.combos)},
                 build, CLAIM, CODE).items():
             for s, t, why in errs:
                 errors.setdefault((bool(s), t), why)
             for name, t in flat.items():
                 combo, metric = name.split("/", 1)
                 per_combo.setdefault(combo, {}).setdefault(layer, {})[metric] = t
-        self.grids[tokens] = (per_combo, errors)
-        return self.grids[tokens]
+        self.grids[variant] = (per_combo, errors)
+        return self.grids[variant]
 
     def __call__(self, spec: dict) -> dict:
         """Claim V under one non-default compute combination, from the grid of its token set;
         the Hungarian matching only where a verdict depends on the exact optimal cosine."""
         ctx, default = self.ctx, self.ctx.default
-        tokens = (spec.get("padding", "out"), spec.get("first_token", default["first_token"]))
+        variant = self.variant_of(spec)
         std = spec.get("standardize", default["standardize"]) == "on"
         dtype = spec.get("dtype", default["dtype"])
         conv = spec.get("axis_convention", default["axis_convention"])
         null = spec.get("null", default["null"])
-        per_combo, errors = self.grid(tokens)
+        per_combo, errors = self.grid(variant)
         name = ctx.spec_name({a: v for a, v in spec.items() if default.get(a) != v})
         if (std, dtype) in errors:
             return {"error": f"{errors[(std, dtype)]} (under {name})"}
         per_layer = per_combo[combo_key(std, dtype, conv, null)]
-        if tokens == self.own_tokens and (std, dtype) == self.own_combo \
+        if variant == () and (std, dtype) == self.own_combo \
                 and conv == default["axis_convention"]:
             # the main run's own V̂: its matched optimal cosine is already computed
             per_layer = {layer: {**{n: t for n, t in m.items() if n not in V_UPPER.values()},
@@ -207,7 +214,7 @@ class VRoute:
             heads_of = {}
             for layer, head in open_units:
                 heads_of.setdefault(layer, []).append(head)
-        exact = self.matched_values(tokens, std, dtype, heads_of)[(conv, null)]
+        exact = self.matched_values(variant, std, dtype, heads_of)[(conv, null)]
         self.matched.append(name)
         if heads_of is None:
             per_layer = {layer: with_matched(m, exact[layer]) for layer, m in per_layer.items()}
@@ -220,13 +227,13 @@ class VRoute:
                                "after their matching")
         return result
 
-    def matched_values(self, tokens: tuple, std: bool, dtype: str, heads_of: dict | None) -> dict:
-        """The exact optimal cosines of (tokens, std, dtype) for the heads ``heads_of``
+    def matched_values(self, variant: tuple, std: bool, dtype: str, heads_of: dict | None) -> dict:
+        """The exact optimal cosines of (variant, std, dtype) for the heads ``heads_of``
         ({layer: heads}; None: every head), matched once for both conventions and nulls: the
         heads matched for an earlier specification are not matched again. Returns
         ``{(conv, null): {layer: {"optimal_cosine", "optimal_cosine_null"}}}``."""
         ctx = self.ctx
-        done, values = self.exact.setdefault((tokens, std, dtype), ({}, {}))
+        done, values = self.exact.setdefault((variant, std, dtype), ({}, {}))
         want = ({layer: list(range(ctx.info["n_heads"])) for layer in ctx.layers}
                 if heads_of is None else heads_of)
         need = {layer: [h for h in hs if h not in done.get(layer, set())]
@@ -234,7 +241,7 @@ class VRoute:
         need = {layer: hs for layer, hs in need.items() if hs}
         if need:
             everything = heads_of is None and not done
-            fresh = self._match(tokens, sorted(need), std, dtype, None if everything else need)
+            fresh = self._match(variant, sorted(need), std, dtype, None if everything else need)
             for pair, by_layer in fresh.items():
                 for layer, metrics in by_layer.items():
                     slot = values.setdefault(pair, {}).setdefault(layer, {})
@@ -247,13 +254,13 @@ class VRoute:
                 done.setdefault(layer, set()).update(hs)
         return values
 
-    def _match(self, tokens: tuple, layers: list[int], std: bool, dtype: str,
+    def _match(self, variant: tuple, layers: list[int], std: bool, dtype: str,
                heads_of: dict | None) -> dict:
         """:func:`claims.claim_v_grid.v_matched_layer` over ``layers``, each layer cached, as
         the exact values of ``optimal_cosine`` and ``optimal_cosine_null`` per (convention,
         null); ``heads_of``: {layer: heads} to match only those (a layer not named is not
         matched); default every head of every layer."""
-        run = self._grid_run(tokens)
+        run = self.ctx.run_for(variant)
         by_layer = {}
         for layer in layers:
             heads = None if heads_of is None else sorted(heads_of.get(layer, ()))

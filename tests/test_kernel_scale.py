@@ -66,3 +66,32 @@ def test_a_grid_axis_over_the_kernel_scale_makes_runs_at_that_scale():
     assert len(mv.specifications(grid, "E", "image", default_specification(RunOptions(), grid))) \
         == 3 * len(mv.specifications(mv.load_grid(), "E", "image",
                                      default_specification(RunOptions())))
+
+
+def test_claim_v_computes_a_grid_per_kernel_scale_and_its_takers_read_that_grid():
+    """Under a kernel-scale axis, claim V's route computes its grid on the run of that scale (an
+    axis its one grid does not cover), and claim J's and E's runs of that scale read the stores
+    of that grid: the route's variant and the takers' store group are the same pairs."""
+    from types import SimpleNamespace
+
+    from claims import multiverse as mv
+    from claims.claim_v_curve import VRoute
+    from fixtures.engine.multiverse_metrics import CurveContext, default_specification
+
+    grid = dict(mv.load_grid())
+    grid["kernel_scale"] = mv.Axis(name="kernel_scale", label="kscale", values=("1.0", "0.5"),
+                                   claims=("V", "J", "E"), stage="compute",
+                                   option="kernel_scale", why="w")
+    default = default_specification(RunOptions(), grid)
+    ctx = SimpleNamespace(grid=grid, default=default, modality="image", causal=False, extra={})
+    route = VRoute(ctx)
+    spec = {**{a: default[a] for a in ("axis_convention", "standardize", "dtype", "null")},
+            "standardize": "on", "kernel_scale": "0.5"}
+    assert route.variant_of(spec) == (("kernel_scale", "0.5"),)
+    assert route.variant_of({**spec, "kernel_scale": "1.0"}) == ()  # the base run's grid
+    curve = SimpleNamespace(grid=grid)
+    j_changed = (("standardize", "on"), ("dtype", "float32"), ("kernel_scale", "0.5"))
+    assert CurveContext.group_of(curve, j_changed, ("standardize", "dtype")) == \
+        route.variant_of(spec)
+    assert CurveContext.group_of(curve, j_changed[:1] + j_changed[2:], ("standardize",)) == \
+        route.variant_of(spec)
