@@ -159,15 +159,33 @@ def pairwise_spread(gamma: torch.Tensor, valid: torch.Tensor | None = None,
     return _pair_sum(gamma, valid, relative) / pairs
 
 
-def _argsort_tokens(key: torch.Tensor) -> torch.Tensor:
-    """``key.argsort(dim=-2)``; on the CPU through NumPy's vectorised sort along contiguous rows,
-    measured 6x faster than torch's (1.8 M float64 in [4, 12, 197, 192]: 14 ms against 82 ms),
-    which made the sort the largest part of claim E's γ. The order within ties may differ from
-    torch's; :func:`_pair_sum` does not depend on it."""
-    if key.device.type != "cpu":
-        return key.argsort(dim=-2)
-    rows = key.detach().transpose(-1, -2).contiguous().numpy()
-    return torch.from_numpy(np.argsort(rows, axis=-1)).transpose(-1, -2)
+def _sorted_tokens(gamma: torch.Tensor, valid: torch.Tensor,
+                   relative: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each column of γ [..., N, m] sorted along the tokens by its key (|γ| when ``relative``, γ
+    otherwise), invalid entries first as 0: (γ sorted, c_r) [..., m, N], c_r the number of valid
+    entries before position r (the invalid ones are the first, so c_r = max(r − #invalid, 0)).
+
+    On the CPU (float64) the values themselves are sorted, by NumPy's vectorised sort along
+    contiguous rows: 3x faster than its argsort, and no gather (measured on all-MiniLM-L6-v2's
+    claim E: 10 ms against 3 ms per [60·96, 80] block, a third of γ's time). The relative key is
+    |γ|'s bits with the sign bit moved last, an unsigned integer in |γ|'s order (among equal |γ|,
+    the positive first) from which γ reads back exactly; invalid entries are 0 there (tied with
+    valid zeros, all of whose pair terms are 0) and −inf in the absolute key."""
+    gt = gamma.transpose(-1, -2).contiguous()                            # tokens last
+    vt = valid.transpose(-1, -2)
+    first = (~vt).sum(dim=-1, keepdim=True)
+    before = (torch.arange(gt.shape[-1], device=gt.device) - first).clamp_min(0).to(gt.dtype)
+    zero = torch.zeros((), dtype=gt.dtype, device=gt.device)
+    if gt.device.type != "cpu" or gt.dtype != torch.float64:
+        key = torch.where(vt, gt.abs() if relative else gt, -math.inf)
+        return torch.where(vt, gt, zero).gather(-1, key.argsort(dim=-1)), before
+    if relative:
+        bits = torch.where(vt, gt, zero).detach().numpy().view(np.uint64)
+        key = np.sort((bits << np.uint64(1)) | (bits >> np.uint64(63)), axis=-1)
+        back = (key >> np.uint64(1)) | (key << np.uint64(63))             # γ's own bits
+        return torch.from_numpy(back.view(np.float64)), before
+    key = np.sort(torch.where(vt, gt, -math.inf).detach().numpy(), axis=-1)
+    return torch.from_numpy(np.where(np.isneginf(key), 0.0, key)), before
 
 
 def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch.Tensor:
@@ -180,21 +198,18 @@ def _pair_sum(gamma: torch.Tensor, valid: torch.Tensor, relative: bool) -> torch
     1 − γ_j/γ_r for either sign of γ_j, so they add c_r − C_r/γ_r (0 when γ_r = 0, since then all
     earlier γ_j are 0 as well).
     """
-    zero = torch.zeros((), dtype=gamma.dtype, device=gamma.device)
-    key = gamma.abs() if relative else gamma
-    key = torch.where(valid, key, torch.full((), -math.inf, dtype=gamma.dtype, device=gamma.device))
-    order = _argsort_tokens(key)
-    g = torch.where(valid, gamma, zero).gather(-2, order)
-    ok = valid.gather(-2, order).to(gamma.dtype)
-    before = ok.cumsum(dim=-2) - ok                                      # c_r
-    prefix = g.cumsum(dim=-2) - g                                        # C_r
+    g, before = _sorted_tokens(gamma, valid, relative)                  # [..., m, N]; c_r
+    zero = torch.zeros((), dtype=g.dtype, device=g.device)
+    prefix = g.cumsum(dim=-1) - g                                        # C_r
     if relative:
         nonzero = g != 0
         terms = torch.where(nonzero, before - prefix / torch.where(nonzero, g, 1.0), zero)
     else:
         terms = before * g - prefix
-    # each term is a sum of nonnegative pair terms; the closed form can cancel to −ε (identical γ)
-    return (terms.clamp_min(0) * ok).sum(dim=-2)
+    # each term is a sum of nonnegative pair terms; the closed form can cancel to −ε (identical γ).
+    # An invalid entry's term is 0 (γ 0, c_r 0). Summed over tokens in the [..., N, m] layout:
+    # the summation order of the measured numbers
+    return terms.clamp_min(0).transpose(-1, -2).contiguous().sum(dim=-2)
 
 
 def spread_summary(spreads: dict) -> dict:
