@@ -3,6 +3,7 @@ K̃ with its eigen control (method §13.2). Pure batched tensor math; :mod:`chec
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -55,11 +56,19 @@ def perturbed_axes(axes: torch.Tensor, seed: int | Sequence[int] = 0,
         if len(seeds) != math.prod(axes.shape[:-2]):
             raise ValueError(f"{len(seeds)} seeds for {math.prod(axes.shape[:-2])} items of axes "
                              f"{tuple(axes.shape)}: give one seed per item, or one int")
-        z = torch.stack([torch.randn(axes.shape[-2:], generator=torch.Generator().manual_seed(x),
-                                     dtype=DEFAULT_DTYPE) for x in seeds]).reshape(axes.shape)
+        z = _item_noise(tuple(seeds), tuple(axes.shape[-2:])).reshape(axes.shape)
     z = z.to(axes.device, axes.dtype)
     q, _ = torch.linalg.qr(axes + noise * z)
     return fix_signs(q)
+
+
+@functools.lru_cache(maxsize=2)
+def _item_noise(seeds: tuple[int, ...], shape: tuple[int, int]) -> torch.Tensor:
+    """Z [items, N, m] of :func:`perturbed_axes`, one draw per seed; kept for the next call,
+    the round-off twin's control of the same batch (method §13.2), which draws the same Z
+    (never written to: callers add it to their axes)."""
+    return torch.stack([torch.randn(shape, generator=torch.Generator().manual_seed(x),
+                                    dtype=DEFAULT_DTYPE) for x in seeds])
 
 
 def eigen_control_twin(kg: KeyGram, m: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -92,13 +92,29 @@ def _overlap(q: torch.Tensor, image: torch.Tensor, rtol: float | None) -> torch.
     tol = (q.shape[-2] * torch.finfo(torch.float64).eps) if rtol is None else rtol
     m = image.shape[-1]
     q_image, r = torch.linalg.qr(image)
-    s = torch.linalg.svdvals(r)                                          # the image's, [..., m]
-    full = (s > tol * s[..., :1]).all(dim=-1)
+    full = _full_rank(r, tol)
     omega = ((q.transpose(-1, -2) @ q_image) ** 2).sum(dim=(-2, -1)) / m
     if bool(full.all()):
         return omega
     part = ~full
     return omega.masked_scatter(part, _overlap_svd(q[part], image[part], tol))
+
+
+def _full_rank(r: torch.Tensor, tol: float) -> torch.Tensor:
+    """Whether every singular value of the triangular R [..., m, m] (the image's) exceeds ``tol``
+    times the largest, [...]. σ_min/σ_max ≥ 1/(‖R‖_F·‖R⁻¹‖_F), so where that bound clears ``tol``
+    by a factor 1000 (room for the round-off of R⁻¹, about m·ε·cond(R) relative, and of the
+    singular values, about m·ε·σ_max) the answer is yes without an SVD, as the SVD would give;
+    only the other items take one (400 of all-MiniLM-L6-v2's 9600 in layer 0's claim E, where
+    the SVD of every item was a tenth of the claim's time)."""
+    eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device).expand_as(r)
+    inverse = torch.linalg.solve_triangular(r, eye, upper=True)          # inf/NaN: not sure
+    sure = torch.linalg.matrix_norm(r) * torch.linalg.matrix_norm(inverse) * tol < 1e-3
+    if bool(sure.all()):
+        return sure
+    rest = ~sure
+    s = torch.linalg.svdvals(r[rest])                                    # [..., m], descending
+    return sure.masked_scatter(rest, (s > tol * s[..., :1]).all(dim=-1))
 
 
 def _overlap_svd(q: torch.Tensor, image: torch.Tensor, tol: float) -> torch.Tensor:
