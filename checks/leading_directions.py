@@ -116,3 +116,61 @@ def principal_angle_count(x: torch.Tensor, y: torch.Tensor, *,
     qy, _ = centred_column_basis(peak_one(y))
     cos2 = torch.linalg.svdvals(qx.transpose(-1, -2) @ qy).pow(2)
     return (cos2 >= bar).sum(dim=-1)
+
+
+def shared_directions(x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor, *,
+                      bar: float = SHARED_BAR) -> dict[str, torch.Tensor]:
+    """The directions span(x) and span(y) share near-exactly, counted and weighted toward y's
+    top eigenvectors (method §2.6): claim V's tier "partial".
+
+    The principal angles of the centred column spaces (x: V, y: V̂) give principal vectors
+    u_i in span(y) with cos²θ_i ≥ ``bar`` for the shared ones. ``count`` is how many there are
+    (in whatever order V̂ holds them). ``weighted`` is the share of V̂'s eigenvalue mass that
+    they carry, Σ_{i shared} Σ_m p_m (q_mᵀu_i)², with q_m V̂'s directions in eigenvalue order
+    (:func:`nested_directions`) and p_m = μ_m / Σ μ over the valid directions: 1 when every
+    direction is shared, the top-k eigenvalue share when V̂'s top k are, ≈ 0 when only its bottom
+    ones are or none is. Both are unchanged by x → x·M + 1cᵀ and by y's column scales.
+
+    Parameters
+    ----------
+    x, y : Tensor [..., N, d]
+        Learned values V and the kernel-PCA values V̂ (columns in descending eigenvalue order).
+    weights : Tensor [..., d]
+        V̂'s eigenvalues μ_m (clamped at 0; an invalid direction weighs nothing).
+
+    Returns
+    -------
+    dict of Tensor [...]
+        ``count`` (float) and ``weighted`` (0 when no valid direction has weight: V̂ is then
+        undetermined, method §2.2, and the sample enters no mean).
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> y = torch.randn(40, 4, generator=g, dtype=torch.float64)
+    >>> mu = torch.tensor([8.0, 4.0, 2.0, 1.0], dtype=torch.float64)
+    >>> top = torch.cat([y[:, :2], torch.randn(40, 2, generator=g, dtype=torch.float64)], -1)
+    >>> out = shared_directions(top @ torch.randn(4, 4, generator=g, dtype=torch.float64) + 1.0, y, mu)
+    >>> int(out["count"]), round(float(out["weighted"]), 2)  # V̂'s top two: 12 of 15 of its mass
+    (2, 0.8)
+    """
+    if x.shape != y.shape or weights.shape != (*y.shape[:-2], y.shape[-1]):
+        raise ValueError(f"x and y must be [..., N, d] and weights [..., d]; got x "
+                         f"{tuple(x.shape)}, y {tuple(y.shape)}, weights {tuple(weights.shape)}")
+    qx, _rank = centred_column_basis(peak_one(x))
+    return shared_from_bases(qx, *nested_directions(y), weights, bar=bar)
+
+
+def shared_from_bases(qx: torch.Tensor, qy: torch.Tensor, valid: torch.Tensor,
+                      weights: torch.Tensor, *, bar: float = SHARED_BAR) -> dict[str, torch.Tensor]:
+    """:func:`shared_directions` from x's centred orthonormal basis ``qx`` [..., N, d] and y's
+    nested directions ``qy``, ``valid`` (:func:`nested_directions`): for a caller that has them
+    (claim V's null ΠV̂ has Π·qy for directions, the same weights)."""
+    # vh's rows: the principal vectors u_i in y's nested basis, one per singular value (qx may
+    # have fewer columns than qy: N < d)
+    _, s, vh = torch.linalg.svd(qx.transpose(-1, -2) @ qy, full_matrices=False)
+    shared = (s.pow(2) >= bar).to(qy.dtype)  # [..., min(columns)]
+    w = weights.to(qy.dtype).clamp_min(0.0)
+    w = torch.where(valid, w, torch.zeros_like(w))
+    total = w.sum(dim=-1, keepdim=True)
+    p = w / total.clamp_min(torch.finfo(qy.dtype).tiny)
+    mass = (vh.pow(2) * p.unsqueeze(-2)).sum(dim=-1)  # [..., d]: Σ_m p_m (q_mᵀu_i)²
+    return {"count": shared.sum(dim=-1), "weighted": (shared * mass).sum(dim=-1)}

@@ -14,6 +14,10 @@ from .metric_suite import metric_suite, metric_suite_shuffled
 from .row_similarity import matched_cosine, matched_cosine_twin
 from .degenerate import effective_rows
 from .errors import check_finite
+from .leading_directions import (SHARED_BAR, nested_directions, shared_directions,
+                                 shared_from_bases)
+from .matrix_similarity import centred_column_basis
+from .similarity_scaling import peak_one
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs, kpca_values
 
 METRIC_NAMES = (
@@ -79,6 +83,8 @@ def value_vector_metrics_batched(
     defer_matching: bool = False,
     round_off: bool = False,
     flags: bool = True,
+    directions: bool = True,
+    shared_bar: float = SHARED_BAR,
     atol: float,
     rtol: float,
 ) -> dict[str, torch.Tensor]:
@@ -119,6 +125,11 @@ def value_vector_metrics_batched(
     flags : bool
         False: the metrics alone, without ``undetermined``, ``mu_d``, ``threshold`` (a Lanczos
         estimate) and ``effective_rows`` (the round-off twin reads only the metrics).
+    directions : bool
+        The directions V shares with V̂ and with the null (method §2.6,
+        :func:`checks.leading_directions.shared_directions`): each name of
+        :data:`DIRECTION_NAMES` and its ``"_null"``; ``shared_bar``: the cos² at which a
+        direction counts as shared (the caller passes ``[claim_v.partial]``'s).
     atol, rtol : float
         Tolerances of the allclose rate, |V − V̂| ≤ atol + rtol·|V̂| elementwise. No default: the
         caller passes ``[claim_v.allclose]`` of ``claims/thresholds.toml`` (method §2.1, §9).
@@ -160,26 +171,14 @@ def value_vector_metrics_batched(
     if n < 2:
         raise ValueError(f"claim V needs at least 2 tokens per head, got N={n}")
     batch_shape = tuple(k.shape[:-2])
-    m = min(n, d)
 
     gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype, top=d)  # only the top d
     v = v.to(dtype)
     check_finite(v, "values")
     v_hat = _pad_columns(gram.kpca_values(convention), d)  # method §1, P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
 
-    if null_perm is not None:
-        if null_axes is not None:
-            raise ValueError("give null_axes (random-basis null) or null_perm (token-shuffled "
-                             "null), not both")
-        null_perm = null_perm.to(k.device)  # method §2.3: the null is ΠV̂ (metric_suite_shuffled)
-    elif null_axes is None:
-        a0 = random_orthonormal(n, m, null_seed, batch_shape, dtype=dtype).to(k.device)
-    else:
-        if not isinstance(null_axes, torch.Tensor) or tuple(null_axes.shape) != (*batch_shape, n, m):
-            got = tuple(null_axes.shape) if isinstance(null_axes, torch.Tensor) else null_axes
-            raise ValueError(f"null_axes must have shape {(*batch_shape, n, m)} (A₀), got {got}")
-        a0 = null_axes.to(device=k.device, dtype=dtype)
-        check_finite(a0, "null_axes")
+    null_perm, a0 = _null_operands(k, null_perm, null_axes, null_seed, dtype)
+    v_null = None
     if null_perm is not None:  # ΠV̂'s operands are V̂'s with the tokens permuted
         metrics, cos = metric_suite_shuffled(v, v_hat, null_perm, atol=atol, rtol=rtol)
     else:
@@ -189,6 +188,9 @@ def value_vector_metrics_batched(
     for name, both in metrics.items():
         both = both.to(v.dtype) if name == "allclose" else both
         out[name], out[f"{name}_null"] = both[0], both[1]
+    if directions:
+        out.update(direction_metrics(v, v_hat, gram.eigenvalues, null_perm=null_perm,
+                                     v_null=v_null, bar=shared_bar))
     if defer_matching:
         out["cosine_matrices"] = cos.to("cpu")
     else:
@@ -214,6 +216,70 @@ def value_vector_metrics_batched(
     return out
 
 
+def _null_operands(k: torch.Tensor, null_perm: torch.Tensor | None,
+                   null_axes: torch.Tensor | None, null_seed: int,
+                   dtype: torch.dtype) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(ΠV̂'s permutations on k's device, None) for the token-shuffled null, else (None, A₀): the
+    given ``null_axes`` (checked) or a seeded random orthonormal basis (method §2.3)."""
+    n, d = k.shape[-2], k.shape[-1]
+    batch_shape, m = tuple(k.shape[:-2]), min(n, d)
+    if null_perm is not None:
+        if null_axes is not None:
+            raise ValueError("give null_axes (random-basis null) or null_perm (token-shuffled "
+                             "null), not both")
+        return null_perm.to(k.device), None  # method §2.3: the null is ΠV̂
+    if null_axes is None:
+        return None, random_orthonormal(n, m, null_seed, batch_shape, dtype=dtype).to(k.device)
+    if not isinstance(null_axes, torch.Tensor) or tuple(null_axes.shape) != (*batch_shape, n, m):
+        got = tuple(null_axes.shape) if isinstance(null_axes, torch.Tensor) else null_axes
+        raise ValueError(f"null_axes must have shape {(*batch_shape, n, m)} (A₀), got {got}")
+    a0 = null_axes.to(device=k.device, dtype=dtype)
+    check_finite(a0, "null_axes")
+    return None, a0
+
+
+#: Claim V by directions (method §2.6): how many directions span(V) shares with span(V̂), and the
+#: share of V̂'s eigenvalue mass they carry.
+DIRECTION_NAMES = ("shared_directions", "top_weighted_share")
+
+
+def direction_metrics(v: torch.Tensor, v_hat: torch.Tensor, eigenvalues: torch.Tensor, *,
+                      null_perm: torch.Tensor | None = None,
+                      v_null: torch.Tensor | None = None,
+                      bar: float = SHARED_BAR) -> dict[str, torch.Tensor]:
+    """:data:`DIRECTION_NAMES` of V [..., N, d] against V̂ (padded to d columns) and, as
+    ``"<name>_null"``, against the null: ΠV̂ for ``null_perm`` [..., N] (its nested directions
+    are Π times V̂'s), else V̂₀ = ``v_null``; V̂'s eigenvalues [..., ≥ min(N, d)] weigh both."""
+    d = v.shape[-1]
+    mu = _pad_columns(eigenvalues[..., :d].unsqueeze(-2), d).squeeze(-2)
+    qx, _ = centred_column_basis(peak_one(v))
+    qy, valid = nested_directions(v_hat)
+    if null_perm is not None:
+        q_null = qy.gather(-2, null_perm.unsqueeze(-1).expand_as(qy))
+        null = shared_from_bases(qx, q_null, valid, mu, bar=bar)
+    else:
+        null = shared_from_bases(qx, *nested_directions(v_null), mu, bar=bar)
+    main = shared_from_bases(qx, qy, valid, mu, bar=bar)
+    out = {}
+    for name, key in zip(DIRECTION_NAMES, ("count", "weighted")):
+        out[name], out[f"{name}_null"] = main[key], null[key]
+    return out
+
+
+def init_twin_directions(k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
+                         standardize: bool = False, convention: str = "p2",
+                         dtype: torch.dtype = DEFAULT_DTYPE,
+                         bar: float = SHARED_BAR) -> dict[str, torch.Tensor]:
+    """:data:`DIRECTION_NAMES` of a random-init twin's head against its own V̂ (method §2.6):
+    ``"<name>_init_twin"`` [...], the level a head of the same architecture reaches untrained."""
+    d = k.shape[-1]
+    gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype, top=d)
+    v_hat = _pad_columns(gram.kpca_values(convention), d)
+    mu = _pad_columns(gram.eigenvalues[..., :d].unsqueeze(-2), d).squeeze(-2)
+    out = shared_directions(v.to(dtype), v_hat, mu, bar=bar)
+    return {f"{name}_init_twin": out[key] for name, key in zip(DIRECTION_NAMES, ("count", "weighted"))}
+
+
 def _twin(k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype,
           **settings) -> dict[str, torch.Tensor]:
     """The round-off twin of every metric (method §13.2): the metrics again on keys and values
@@ -225,7 +291,7 @@ def _twin(k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype,
 
     k2, v2 = value_twin_inputs(k.to(dtype), v.to(dtype))
     twin = value_vector_metrics_batched(k2, v2, dtype=dtype, defer_matching=True, flags=False,
-                                        **settings)
+                                        directions=False, **settings)
     out = {f"twin_{key}": twin[key] for name in METRIC_NAMES for key in (name, f"{name}_null")
            if key in twin}
     out["twin_cosine_matrices"] = twin["cosine_matrices"]

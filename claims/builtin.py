@@ -27,6 +27,7 @@ V = register(ClaimSpec(
     metrics=V_METRICS, settings="claims.claim_v_layer:cache_settings",
     # P2's code conventions run on a seeded subset of samples (method §8.3): NaN elsewhere
     nonfinite_ok=tuple(f"p2code_{name}" for name in V_P2_CODE_METRICS),
+    init_twin=True,  # the tier "partial" is judged against the random-init twin (method §2.6)
     report_context="report.sections.claim_v_section:context",
     template="report/templates/sections/claim_v.html.j2", tests="claims/test_value_vectors.py",
     method_version="1", sample_rows="claims.claim_v:sample_rows",
@@ -36,7 +37,8 @@ V = register(ClaimSpec(
     # which also fills claim J's V̂ and claim E's values of the same specifications (§14.1)
     curve="claims.claim_v_curve:v_outcomes", curve_route="claims.claim_v_curve:route",
     curve_entries={"V": {"unit": "head", "headline": ("optimal_cosine", "linear_cka",
-                                                      "kernel_cka", "subspace_overlap_excess")}},
+                                                      "kernel_cka", "subspace_overlap_excess",
+                                                      "top_weighted_share")}},
     provides={"v_hat": ("standardize", "dtype"), "grams": ("standardize",)}))
 
 J = register(ClaimSpec(

@@ -6,11 +6,12 @@ import torch
 
 from checks.stats import excess_over_null, masked_mean, seed_from
 
-from . import round_off_widths as round_off, verdicts
+from . import claim_v_partial as partial, round_off_widths as round_off, verdicts
 from .chance import adjusted, chance_settings
 from .names import V_MEASURED
 from .names import V_P2_CODE_METRICS as P2_CODE_METRICS
 from .records import VRecord, finite_or_none, head_sample_rows
+from .claim_v_p2code import p2_code_evidence as _p2_evidence, p2_code_summary
 from .claim_v_chance import (SECTION, CHANCE_METRICS, chance_pvalues, equivalence_margins,
                            interval_stats, vs_null_record)
 METRICS = V_MEASURED
@@ -79,7 +80,8 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
     depend on which heads are selected; the adjusted one depends on the selection (the family).
     ``cache``: a dict owned by the caller whose ``per_layer`` tensors are fixed (a model run's
     ``statistics``), where the result is kept under (model, selection, rule-set settings), so
-    that every head test of a model reuses one pass; None: computed afresh."""
+    that every head test of a model reuses one pass; None: computed afresh. With the random-init
+    twin's values in ``per_layer``, also ``vs_init_twin`` (method §2.6)."""
     layers = sorted(per_layer)
     key = ("V-head-statistics", model, tuple(layers), tuple(heads), chance_settings())
     if cache is not None and key in cache:
@@ -102,6 +104,13 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
                    for name in METRICS for n in (name, f"{name}_null")}
     for unit, stats in zip(units, interval_stats(all_metrics, keep, head_seed(model), per_unit=True)):
         result[unit].update(stats)
+    twin_names = [f"{n}{partial.TWIN}" for n in (partial.JUDGED, partial.COUNT)]
+    if all(n in per_layer[l] for l in layers for n in twin_names):
+        stacked = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
+                   for n in (partial.JUDGED, *twin_names)}
+        for unit, test in zip(units, partial.head_tests(stacked, keep,
+                                                        seed_from(f"{model}-V-vs-init-twin"))):
+            result[unit]["vs_init_twin"] = test
     if cache is not None:
         cache[key] = result
     return result
@@ -126,7 +135,8 @@ def degeneracy(effective_rows: torch.Tensor | None, keep: torch.Tensor) -> tuple
 def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
            few_tokens: torch.Tensor | None = None, n_tokens: torch.Tensor | None = None,
            seed: int = 0, vs_null: dict | None = None, rules: str = "ours",
-           intervals: dict | None = None, effective_rows: torch.Tensor | None = None) -> dict:
+           intervals: dict | None = None, effective_rows: torch.Tensor | None = None,
+           vs_twin: dict | None = None) -> dict:
     """The verdict for one unit (a head over its samples, or a model over its heads and samples).
 
     ``metrics[name]``, ``undetermined`` and the optional ``few_tokens`` (N ≤ d) and ``n_tokens``
@@ -135,7 +145,8 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
     model, None: the test over samples of the per-sample mean difference is run here).
     ``rules`` picks the rule set whose verdict is ``"verdict"``; both are in ``"verdicts"``.
     ``intervals``: precomputed ``{"ci", "ci_null"}`` (:func:`head_statistics`); else computed
-    here from ``seed``.
+    here from ``seed``. ``vs_twin``: the head's test against the random-init twin
+    (:func:`claims.claim_v_partial.head_tests`; a model: run here), for the tier "partial".
     """
     s = undetermined.shape[0] if undetermined.ndim else 1
     grid = {name: t.reshape(s, -1) for name, t in metrics.items()}
@@ -182,54 +193,25 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
     at = {m: bool(t.get("at_chance")) for m, t in vs_null.items()}
     v, both = verdicts.judge_both(SECTION, summary["metrics"], stats["ci"], above, rules,
                                   at_chance=at)
+    if vs_twin is None and partial.has_twin(grid) and intervals is None:  # a model: test here
+        vs_twin = partial.model_test(grid, keep2, seed_from(f"{seed}-V-vs-init-twin"))
+    both["ours"], tier = partial.apply(both["ours"], vs_null, vs_twin)
+    if rules == "ours" and both["ours"] != v.verdict:
+        v.verdict = both["ours"]
+    if tier:
+        v.reason = f"{v.reason}; {tier}" if v.reason else tier
+    twin_means = partial.summary(flat, keep)
     return {"verdict": v.verdict, "verdicts": both, "rules": rules, **summary, **stats,
             "vs_null": vs_null, "n_samples": n_total, "n_undetermined": n_undet,
+            **({"init_twin": {**twin_means, **(vs_twin or {})}} if twin_means else {}),
             **({"effective_rows": n_eff} if n_eff is not None else {}),
             "evidence": verdicts.format_evidence(
                 v, summary["null"],
-                extra={k: summary["metrics"][k] for k in ("subspace_overlap", "direct_cosine",
-                                                         "pearson", "relative_frobenius",
-                                                         "allclose")},
-                ci=stats["ci"], vs_null=vs_null, both=both) + _p2_evidence(summary, rules)}
-
-
-def _p2_evidence(summary: dict, rules: str) -> str:
-    """Under ``ours``, P2's rules on P2's metrics (the ``p2`` rule set, on the means) after the
-    chosen verdict's evidence, so a reader sees both (method §7.3)."""
-    if rules == "p2":
-        return ""
-    p2 = verdicts.judge(SECTION, summary["metrics"])
-    return ("\n  P2's rules on P2's metrics (rule set p2, means):\n"
-            + verdicts.format_evidence(p2, summary["null"]))
-
-
-def p2_code_summary(layer_metrics: dict[str, torch.Tensor], head: int | None,
-                    keep: torch.Tensor) -> dict | None:
-    """The record fields of claim V's sign-dependent metrics computed with P2's code conventions
-    (method §8.3; ``p2code_<metric>`` tensors of the layer, NaN for samples outside the seeded
-    subset :func:`checks.p2_code.p2_code_subset`): ``p2_code`` (their means over the kept samples
-    of the subset) and, when the subset leaves kept samples out, ``p2_code_units`` (how many
-    (sample) units those means are over) and ``p2_code_exact`` (the exact metrics' means over the
-    same units, for a paired comparison). None when the layer has none. Never judged."""
-    if f"p2code_{P2_CODE_METRICS[0]}" not in layer_metrics:
-        return None
-
-    def pick(name: str) -> torch.Tensor:
-        t = layer_metrics[name]
-        return (t[:, head] if head is not None else t).to(torch.float64).reshape(-1)
-
-    kept = keep.reshape(-1)
-    computed = kept & torch.isfinite(pick(f"p2code_{P2_CODE_METRICS[0]}"))
-
-    def mean(name: str) -> float:
-        return float(masked_mean(torch.where(computed, pick(name), 0.0), computed)[0])
-
-    out = {"p2_code": {name: mean(f"p2code_{name}") for name in P2_CODE_METRICS}}
-    if int(computed.sum()) < int(kept.sum()) and all(n in layer_metrics for n in P2_CODE_METRICS):
-        # a subset: say how many units, and give the exact means over the same units
-        out["p2_code_units"] = int(computed.sum())
-        out["p2_code_exact"] = {name: mean(name) for name in P2_CODE_METRICS}
-    return out
+                extra={k: summary["metrics"][k] for k in (
+                    "subspace_overlap", "top_weighted_share", "shared_directions",
+                    "direct_cosine", "pearson", "relative_frobenius", "allclose")},
+                ci=stats["ci"], vs_null=vs_null, both=both)
+            + partial.evidence(twin_means, vs_twin) + _p2_evidence(summary, rules)}
 
 
 _NOT_METRICS = ("undetermined", "mu_d", "threshold", "few_tokens", "n_tokens", "effective_rows")
@@ -255,10 +237,15 @@ def head_record(model: str, layer: int, head: int, layer_metrics: dict[str, torc
         statistics = {"vs_null": vs_null_record(p, p, int(keep.sum()), tost, tost,
                                                 equivalence_margins(grid, keep.unsqueeze(1))[0]),
                       **interval_stats(grid, keep.unsqueeze(1), head_seed(model), per_unit=True)[0]}
+        if partial.has_twin(per_head):
+            statistics["vs_init_twin"] = partial.head_tests(
+                {n: t.unsqueeze(1) for n, t in per_head.items()}, keep.unsqueeze(1),
+                seed_from(f"{model}-V-vs-init-twin"))[0]
     intervals = {k: statistics[k] for k in ("ci", "ci_null")}
     eff = layer_metrics["effective_rows"][:, head] if "effective_rows" in layer_metrics else None
     result = decide(per_head, undet, **extra, vs_null=statistics["vs_null"], rules=rules,
-                    intervals=intervals, effective_rows=eff)
+                    intervals=intervals, effective_rows=eff,
+                    vs_twin=statistics.get("vs_init_twin"))
     result["mu_d_min"] = float(layer_metrics["mu_d"][:, head].min())
     result.update(p2_code_summary(layer_metrics, head, _keep_mask(undet)[0]) or {})
     return VRecord(claim="V", level="head", model=model, layer=layer, head=head, **result)
@@ -333,8 +320,17 @@ def record_for_head(run, model: str, layer: int, head: int, layers: list[int],
         return head_record(model, layer, head, layers_[layer], statistics=stats.get((layer, head)),
                            rules=run.options.rules)
     twins = round_off.twin_layers(per_layer)  # method §13.2: the record's round-off widths
-    return round_off.attach(build(per_layer, run.statistics), twins and build(
-        twins, round_off.twin_cache(run.statistics)))
+    return _named_twin(run, round_off.attach(build(per_layer, run.statistics), twins and build(
+        twins, round_off.twin_cache(run.statistics))))
+
+
+def _named_twin(run, record: VRecord) -> VRecord:
+    """The record with its random-init twin named (``init_twin.twin``, method §2.6), as the run's
+    info names it."""
+    name = run.prepare().get("init_twin") if record.init_twin else None
+    if name:
+        record.init_twin = {"twin": name, **record.init_twin}
+    return record
 
 
 def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> VRecord:
@@ -342,8 +338,8 @@ def record_for_model(run, model: str, layers: list[int], heads: list[int]) -> VR
     per_layer = {l: run.layer_metrics("V", l) for l in layers}
     record = model_over_heads(model, per_layer, heads, run.options.rules, run.statistics)[0]
     twins = round_off.twin_layers(per_layer)  # method §13.2: the record's round-off widths
-    return round_off.attach(record, twins and model_over_heads(
-        model, twins, heads, run.options.rules, round_off.twin_cache(run.statistics))[0])
+    return _named_twin(run, round_off.attach(record, twins and model_over_heads(
+        model, twins, heads, run.options.rules, round_off.twin_cache(run.statistics))[0]))
 
 
 def model_message(record: VRecord) -> str:

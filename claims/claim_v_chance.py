@@ -19,7 +19,8 @@ SECTION = "claim_v"  # the section of claims/thresholds.toml that judges claim V
 #: The metrics tested against their null (method §7.2): the judged subspace overlap, and P2's
 #: CKAs for the record. Not the optimal cosine: its matching ignores token order, so against the
 #: token-shuffled null V̂ it scores exactly what it scores against V̂ (method §2.3).
-CHANCE_METRICS = ("linear_cka", "kernel_cka", "subspace_overlap")
+#: The top-weighted share (method §2.6) is tested too: the tier "partial" needs it above chance.
+CHANCE_METRICS = ("linear_cka", "kernel_cka", "subspace_overlap", "top_weighted_share")
 
 
 def interval_stats(metrics: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,

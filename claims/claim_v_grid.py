@@ -21,7 +21,8 @@ from checks.errors import NonFiniteError, check_finite
 from checks.gram import KeyGram, kpca_values
 from checks.row_similarity import cosine_pair
 from checks.stats import seed_from
-from checks.value_vectors import _pad_columns, random_orthonormal
+from checks.value_vectors import (DIRECTION_NAMES, _pad_columns, direction_metrics,
+                                  init_twin_directions, random_orthonormal)
 
 from . import verdicts
 
@@ -174,6 +175,12 @@ def v_grid_layer(ctx, combos: list[tuple[bool, str]], v_hat_out: dict | None = N
                               {(std, dtype): targets[TARGETS.index(convention)].clone()})
                 ox, oy = v_side[dtype], metric_suite.operands(targets)
                 suite = _suite(ox, oy, perm, tol)
+                own = targets[TARGETS.index(convention)]  # the run's V̂: method §2.6's numbers
+                bar = verdicts.shared_bar()
+                dirs = {"token-shuffled": direction_metrics(vv, own, gram.eigenvalues,
+                                                            null_perm=perm, bar=bar),
+                        "random-basis": direction_metrics(vv, own, gram.eigenvalues,
+                                                          v_null=targets[2], bar=bar)}
                 cos = cosine_pair(ox["unit"], oy["unit"])  # [3, b, h, n, n]: TARGETS
                 common = {"undetermined": gram.undetermined,
                           "mu_d": (gram.eigenvalues[..., d - 1] if d <= n else
@@ -197,6 +204,7 @@ def v_grid_layer(ctx, combos: list[tuple[bool, str]], v_hat_out: dict | None = N
                     vals["optimal_cosine_hi"] = upper[ci]
                     vals["optimal_cosine_null"] = suite["direct_cosine"][ti].to(torch.float64)
                     vals["optimal_cosine_null_hi"] = upper[ui]
+                    vals.update({n: t.to(torch.float64) for n, t in dirs[null].items()})
                     key = combo_key(std, dtype, conv, null)
                     owner[key] = (std, dtype)
                     ctx.fill(out.setdefault(key, {}), chunk, heads, vals)
@@ -204,6 +212,7 @@ def v_grid_layer(ctx, combos: list[tuple[bool, str]], v_hat_out: dict | None = N
             offer_grams(ctx.batch_key(chunk, heads),
                         {"model": ctx.model, "layer": ctx.layer, "info": info, "chunk": chunk,
                          "heads": heads, "k": k, "v": v, "grams": (grams64[False], grams64[True])})
+    _grid_twin(ctx, combos, out, owner, errors, convention)
     for key, values in out.items():  # as the claim tests: a non-finite metric has no verdict
         for name, t in values.items():
             if t.dtype != torch.bool and not bool(torch.isfinite(t).all()):
@@ -212,6 +221,34 @@ def v_grid_layer(ctx, combos: list[tuple[bool, str]], v_hat_out: dict | None = N
                                               f"{ctx.model}, layer {ctx.layer}, head {bad[1]}, "
                                               f"sample {bad[0]}")
     return {k: m for k, m in out.items() if owner[k] not in errors}, errors
+
+
+def _grid_twin(ctx, combos: list[tuple[bool, str]], out: dict, owner: dict, errors: dict,
+               convention: str) -> None:
+    """The random-init twin's directions (method §2.6) of every (standardise, dtype) of
+    ``combos`` that has numbers, added to each of its combinations in ``out`` as the claim's
+    layer does (claims/claim_v_layer.py ``init_twin_directions``); none without a twin."""
+    twin = ctx.init_twin()
+    if twin is None:
+        return
+    for std, dtype in combos:
+        keys = [k for k, o in owner.items() if o == (std, dtype) and k in out]
+        if (std, dtype) in errors or not keys:
+            continue
+        values: dict = {}
+        if twin.run is ctx.run:  # a random-init model is its own twin
+            values = {f"{n}_init_twin": out[keys[0]][n].clone() for n in DIRECTION_NAMES}
+        else:
+            try:
+                for chunk, heads, _q, k, v in twin.groups():
+                    twin.fill(values, chunk, heads, init_twin_directions(
+                        k, v, scale=twin.info["scale"], standardize=std, convention=convention,
+                        dtype=DTYPES[dtype], bar=verdicts.shared_bar()))
+            except NonFiniteError as exc:
+                errors[(std, dtype)] = f"the random-init twin: {exc}"
+                continue
+        for key in keys:  # a copy each: the layer's tensors are saved apart
+            out[key].update({n: t.clone() for n, t in values.items()})
 
 
 def v_matched_layer(ctx, std: bool, dtype: str,

@@ -8,22 +8,24 @@ from __future__ import annotations
 
 import torch
 
+from checks.errors import NonFiniteError
 from checks.stats import seed_from
+from checks.value_vectors import DIRECTION_NAMES, init_twin_directions as twin_of
 
 from . import verdicts
 
 
 def cache_settings() -> dict:
     """Settings the cached claim-V metrics depend on beyond the run options: the allclose
-    tolerances of ``[claim_v.allclose]`` (method §2.1)."""
-    return {"allclose": verdicts.allclose_tolerance()}
+    tolerances of ``[claim_v.allclose]`` (method §2.1) and the shared-direction bar of
+    ``[claim_v.partial]`` (method §2.6)."""
+    return {"allclose": verdicts.allclose_tolerance(), "shared_bar": verdicts.shared_bar()}
 
 
 def layer_metrics(ctx) -> dict[str, torch.Tensor]:
     """Claim-V metrics of every (sample, head) of one layer: tensors of shape [B, H]."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    from checks.errors import NonFiniteError
     from checks.p2_code import p2_code_subset, scatter_rows
     from checks.row_similarity import matched_cosine, matched_cosine_twin
     from checks.value_vectors import value_vector_metrics_batched
@@ -73,7 +75,7 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
                     convention=ctx.options.convention, null_perm=perm,
                     dtype=ctx.options.torch_dtype, defer_matching=True,
                     round_off=ctx.round_off_twins and ctx.options.torch_dtype == torch.float64,
-                    **verdicts.allclose_tolerance())
+                    shared_bar=verdicts.shared_bar(), **verdicts.allclose_tolerance())
             except NonFiniteError as exc:
                 raise ctx.located(exc, chunk, heads) from exc
             cos = m.pop("cosine_matrices")
@@ -96,7 +98,30 @@ def layer_metrics(ctx) -> dict[str, torch.Tensor]:
             finish_oldest()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    out.update(init_twin_directions(ctx, out))
     return out
+
+
+def init_twin_directions(ctx, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The directions each head of the model's random-init twin shares with its own V̂ (method
+    §2.6), [B, H] per name of :data:`checks.value_vectors.DIRECTION_NAMES` + ``"_init_twin"``, paired
+    with the model's (sample, head); a random-init model is its own twin (its own values); {}
+    where there is no twin."""
+    twin = ctx.init_twin()
+    if twin is None:
+        return {}
+    if twin.run is ctx.run:
+        return {f"{name}_init_twin": out[name].clone() for name in DIRECTION_NAMES}
+    values: dict[str, torch.Tensor] = {}
+    for chunk, heads, _q, k, v in twin.groups():
+        try:
+            twin.fill(values, chunk, heads, twin_of(
+                k, v, scale=twin.info["scale"], standardize=ctx.options.standardize,
+                convention=ctx.options.convention, dtype=ctx.options.torch_dtype,
+                bar=verdicts.shared_bar()))
+        except NonFiniteError as exc:
+            raise twin.located(exc, chunk, heads) from exc
+    return values
 
 
 def _p2_code(k: torch.Tensor, v: torch.Tensor, info: dict, options, m: dict,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 SUPPORTED = ("supported",)
 REFUTED = ("refuted",)
-NOT_SUPPORTED = ("refuted", "inconclusive", "undetermined")  # undetermined: the rule cannot tell
+NOT_SUPPORTED = ("refuted", "inconclusive", "undetermined", "partial")  # undetermined: the rule cannot tell
 
 #: The ladder's exact kernel-PCA members (V̂ up to a map the network undoes); ``noise-1pct``, a
 #: positive control too, each claim states apart where its reason differs.

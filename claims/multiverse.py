@@ -28,7 +28,8 @@ from .records import as_json
 GRID_FILE = Path(__file__).with_name("specifications.toml")
 STAGES = ("compute", "decide")
 #: The verdicts a share is reported for, in display order.
-VERDICT_ORDER = (verdicts.SUPPORTED, verdicts.INCONCLUSIVE, verdicts.REFUTED, verdicts.UNDETERMINED)
+VERDICT_ORDER = (verdicts.SUPPORTED, verdicts.PARTIAL, verdicts.INCONCLUSIVE, verdicts.REFUTED,
+                 verdicts.UNDETERMINED)
 
 
 def entries() -> dict[str, dict]:

@@ -12,12 +12,13 @@ RESULTS_SCHEMA = "kpca-claims/results/1"
 
 #: Claim V metrics measured per sample (each also against its null, method §2.1, §2.3).
 V_MEASURED = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap", "direct_cosine",
-              "pearson", "relative_frobenius", "allclose")
+              "pearson", "relative_frobenius", "allclose", "shared_directions",
+              "top_weighted_share")
 #: Claim V metrics of a record, in report order: the measured ones and the derived overlap excess
 #: (method §2.4).
 V_METRICS = ("optimal_cosine", "linear_cka", "kernel_cka", "subspace_overlap",
-             "subspace_overlap_excess", "direct_cosine", "pearson", "relative_frobenius",
-             "allclose")
+             "subspace_overlap_excess", "top_weighted_share", "shared_directions", "direct_cosine",
+             "pearson", "relative_frobenius", "allclose")
 #: Claim V's sign-dependent metrics also computed with P2's code conventions (method §8), never
 #: judged: the per-layer tensors ``p2code_<metric>`` and a record's ``p2_code`` table.
 V_P2_CODE_METRICS = ("direct_cosine", "optimal_cosine", "pearson")

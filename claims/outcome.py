@@ -85,6 +85,12 @@ def one_line(record: dict) -> str:
         if isinstance(null.get(name), (int, float)) and name in null and null[name] != 0:
             text += f", null {_num(null[name])}"
         parts.append(text)
+    twin = record.get("init_twin") or {}
+    if "top_weighted_share" in metrics and twin:  # claim V's tier "partial" (method §2.6)
+        parts.append(f"{_num(metrics.get('shared_directions'))} directions shared, top-weighted "
+                     f"share {_num(metrics['top_weighted_share'])}, null "
+                     f"{_num(null.get('top_weighted_share'))}, random-init twin "
+                     f"{_num(twin.get('top_weighted_share'))}")
     return f"{record_label(record)}: {verdict}" + (f" ({'; '.join(parts)})" if parts else "")
 
 

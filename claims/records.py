@@ -41,7 +41,9 @@ from .registry import UNITS
 #: The record levels, finest first (a claim's ``unit`` is one of them): the registry's units.
 LEVELS = UNITS
 #: The verdicts a record can carry (``claims.verdicts`` decides them).
-VERDICTS = ("supported", "refuted", "inconclusive", "undetermined")
+#: "partial" is claim V's tier between supported and refuted (method §2.6): some of V̂'s top
+#: directions shared, above chance and above the random-init twin.
+VERDICTS = ("supported", "refuted", "inconclusive", "undetermined", "partial")
 
 #: Fields written even when None (a model record's ``layer`` and ``head`` are null).
 _ALWAYS = ("claim", "level", "model", "layer", "head")
@@ -160,15 +162,20 @@ class VRecord(Record):
     p2_code_exact: dict[str, float] | None = None
     effective_rows: float | None = None  # median 1/Σw² of G's 1/g² weights (method §2.2)
     degenerate: bool | None = None  # V_hat carried by about one token: never judged
+    #: The random-init twin's means (top-weighted share, shared directions) and the test of the
+    #: judged share against it (method §2.6: the tier "partial").
+    init_twin: dict[str, Any] | None = None
 
     _HEAD = ("claim", "level", "model", "layer", "head", "layers", "heads", "head_verdicts",
              "head_verdicts_by_rules")
     _ORDER = (*_HEAD, "verdict", "verdicts", "rules", "metrics", "null", "std", "n_used", "ci",
-              "ci_null", "vs_null", "n_samples", "n_undetermined", "evidence", "mu_d_min",
-              "p2_code", "p2_code_units", "p2_code_exact", "effective_rows", "degenerate")
+              "ci_null", "vs_null", "init_twin", "n_samples", "n_undetermined", "evidence",
+              "mu_d_min", "p2_code", "p2_code_units", "p2_code_exact", "effective_rows",
+              "degenerate")
     #: An unjudged (undetermined) record lists its verdicts after the statistics.
     _UNDETERMINED_ORDER = (*_HEAD, "verdict", "metrics", "null", "std", "n_used", "ci", "ci_null",
-                           "verdicts", "rules", "vs_null", "n_samples", "n_undetermined",
+                           "verdicts", "rules", "vs_null", "init_twin", "n_samples",
+                           "n_undetermined",
                            "n_few_tokens", "reason", "mu_d_min", "p2_code",
                            "p2_code_units", "p2_code_exact", "effective_rows", "degenerate")
 

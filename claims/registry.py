@@ -127,6 +127,10 @@ class ClaimSpec:
         carry ``{channel: tag}`` in their key when one is given. ``intake``: ``{channel:
         "module:function"}``, turning the provider's offer of one batch into the values the taker
         stores: ``intake(payload, keys) -> {key: value}`` (none: the offer is ``{key: value}``).
+    init_twin : bool
+        True: its ``layer_metrics`` reads the model's random-init twin on the same inputs
+        (``ctx.init_twin()``, method §2.6: claim V's tier "partial" is judged against it); the
+        engine then keys its cached metrics by the twin's capture too.
     records : dict
         ``{level: "module:function"}``: the function that makes a record of that level from a
         model run, called with the arguments it names among ``run``, ``model``, ``layer``,
@@ -182,6 +186,7 @@ class ClaimSpec:
     takes: dict[str, str] = field(default_factory=dict)
     intake: dict[str, str | Callable] = field(default_factory=dict)
     heads: str = "query"
+    init_twin: bool = False
     records: dict[str, str] = field(default_factory=dict)
     controls: str | Callable | None = None
 

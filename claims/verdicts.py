@@ -18,7 +18,7 @@ from checks.errors import defined_values
 from .records import VERDICTS
 
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
-SUPPORTED, REFUTED, INCONCLUSIVE, UNDETERMINED = VERDICTS
+SUPPORTED, REFUTED, INCONCLUSIVE, UNDETERMINED, PARTIAL = VERDICTS
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
 
@@ -132,6 +132,12 @@ def ours_rules(claim: str, kind: str, path: str | None = None) -> list[Rule]:
         return rules(claim, kind, path)
     return [Rule(m, float(r["value"]), r["direction"], r["source"])
             for m, r in ours.get(kind, {}).items()]
+
+
+def shared_bar(path: str | None = None) -> float:
+    """``[claim_v.partial] shared_bar``: the cos² of a principal angle at which a direction of
+    span(V) and one of span(V̂) count as shared (method §2.6)."""
+    return float(load_thresholds(path)["claim_v"]["partial"]["shared_bar"])
 
 
 def chance_margins(claim: str, path: str | None = None) -> dict[str, float]:

@@ -40,7 +40,8 @@ from .baseline_matching import check_options, check_same_checkpoint, check_thres
 GATE_MODES = ("candidate", "same-checkpoint")
 # A verdict's rank: a move to a lower rank is a regression, to a higher one an improvement.
 # "undetermined" (a degenerate spectrum) is neither supported nor refuted: ranked as inconclusive.
-VERDICT_RANK = {"refuted": 0, "inconclusive": 1, "undetermined": 1, "supported": 2}
+# "partial" (claim V, method §2.6) is above inconclusive and below supported.
+VERDICT_RANK = {"refuted": 0, "inconclusive": 1, "undetermined": 1, "partial": 1.5, "supported": 2}
 _INPUT_FIELDS = ("input_set_hash", "input_tensor_hash", "n_samples")
 
 

@@ -16,12 +16,18 @@ from claims.records import VERDICTS, Record
 from .svg_line_plot import HLine
 from .svg_primitives import Tick, finite
 
-LETTERS = {"supported": "S", "refuted": "R", "inconclusive": "I", "undetermined": "U"}
+#: The order verdict counts are shown in: from supported down, partial between (method §2.6).
+COUNT_ORDER = ("supported", "partial", "refuted", "inconclusive", "undetermined")
+assert set(COUNT_ORDER) == set(VERDICTS)
+LETTERS = {"supported": "S", "refuted": "R", "inconclusive": "I", "undetermined": "U",
+           "partial": "P"}
 VERDICT_HELP = {
     "supported": "every supported-rule of the claim holds",
     "refuted": "every refuted-rule of the claim holds",
     "inconclusive": "neither set of rules holds in full",
     "undetermined": "the comparison is not determined by the inputs (e.g. V̂ is round-off)",
+    "partial": "claim V: not supported, but some of V̂'s top directions are shared, above chance "
+               "and above the same architecture at random initialisation (method §2.6)",
 }
 
 
@@ -94,8 +100,9 @@ def log10(x) -> float | None:
 
 # ------------------------------------------------------------------------------------ records
 def count(records: list[Record]) -> dict[str, int]:
-    """How many records carry each verdict (every verdict listed, in order)."""
-    out = {v: 0 for v in VERDICTS}
+    """How many records carry each verdict (every verdict listed, in the order of
+    :data:`COUNT_ORDER`: claim V's partial after supported)."""
+    out = {v: 0 for v in COUNT_ORDER}
     for r in records:
         out[r.verdict] += 1
     return out

@@ -44,7 +44,7 @@ COMMAND_1 = ("-m", "pytest", "claims/", "-n", "2", "-p", "no:cacheprovider", "--
 #: Fields of a results.json that are timings or local paths, not results.
 DROP_TOP = ("durations",)
 DROP_RECORD = ("evidence",)
-VERDICTS = ("supported", "refuted", "inconclusive", "undetermined")  # every count shown, none hidden
+VERDICTS = ("supported", "partial", "refuted", "inconclusive", "undetermined")  # every count shown
 
 
 def judged_part(results: dict) -> dict:

@@ -22,8 +22,8 @@ def parse_require(text: str) -> list[tuple[str, str, str]]:
     ``[("V", ">=", "inconclusive"), ("J", "=", "supported")]``.
 
     Each clause is CLAIM OP VERDICT: CLAIM a registered claim (V, J, E, ...); OP ``>=`` (at least, in the order
-    refuted < inconclusive = undetermined < supported) or ``=`` (exactly); VERDICT one of
-    supported, inconclusive, undetermined, refuted. Raises :class:`RequireError` otherwise.
+    refuted < inconclusive = undetermined < partial < supported) or ``=`` (exactly); VERDICT
+    one of supported, partial, inconclusive, undetermined, refuted. Raises :class:`RequireError` otherwise.
     """
     out = []
     for clause in (c.strip() for c in (text or "").split(",")):

@@ -94,9 +94,10 @@ LONG_FUNCTIONS: dict[str, str] = {
 INLINE_IMPORTS_FILE = ROOT / "tests" / "data" / "inline_imports.txt"
 #: The most entries its ``[grandfathered]`` section may hold: the 250 found on 2026-11-28, when
 #: the rule came in, 239 since the test against chance moved to claims/chance.py, 204 since claim
-#: V's grid moved out of the engine into claims/claim_v_grid.py (issue 46). Lower it as the list
+#: V's grid moved out of the engine into claims/claim_v_grid.py (issue 46), 203 since claim V's
+#: layer reads its errors at its head. Lower it as the list
 #: shrinks; never raise it.
-GRANDFATHERED_INLINE_IMPORTS = 204
+GRANDFATHERED_INLINE_IMPORTS = 203
 
 
 def layer_of(module: str) -> str:

@@ -229,12 +229,14 @@ def test_a_run_captures_only_its_layers_and_reuses_a_whole_capture(pytester, tmp
         assert result.ret in (0, 1), result.stdout.str()[-3000:]
         return json.loads((tmp_path / "out" / "results.json").read_text())
 
+    # two captures each time: the model's and its random-init twin's (claim V, method §2.6),
+    # both of the layers asked for
     first = run("--layers", "0")
-    assert list(_capture_entries(tmp_path / "cache").values()) == [["layer_00.safetensors"]]
+    assert list(_capture_entries(tmp_path / "cache").values()) == [["layer_00.safetensors"]] * 2
     whole = run()
     entries = _capture_entries(tmp_path / "cache")
-    assert sorted(entries.values()) == [["layer_00.safetensors"],
-                                        ["layer_00.safetensors", "layer_01.safetensors"]]
+    assert sorted(entries.values()) == [["layer_00.safetensors"]] * 2 + [
+        ["layer_00.safetensors", "layer_01.safetensors"]] * 2
     again = run("--layers", "1")  # read from the whole capture: no new entry
     assert _capture_entries(tmp_path / "cache") == entries
     heads = [r for r in first["records"] if r["level"] == "head"]

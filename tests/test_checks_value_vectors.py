@@ -15,6 +15,7 @@ from checks import cka, matrix_similarity, metric_suite, row_similarity, similar
 from checks.assignment import optimal_matching
 from checks.gram import KeyGram, fix_signs
 from checks.value_vectors import (
+    DIRECTION_NAMES,
     METRIC_NAMES,
     random_orthonormal,
     value_vector_metrics,
@@ -95,8 +96,12 @@ def test_v_equal_to_v_hat_scores_perfectly():
     assert float(r["relative_frobenius"].abs().max()) == 0.0
     assert not bool(r["undetermined"].any())
     assert bool((r["mu_d"] > r["threshold"]).all())
-    assert set(r) == {*METRIC_NAMES, *(f"{m}_null" for m in METRIC_NAMES), "undetermined", "mu_d",
+    names = (*METRIC_NAMES, *DIRECTION_NAMES)
+    assert set(r) == {*names, *(f"{m}_null" for m in names), "undetermined", "mu_d",
                       "threshold", "effective_rows"}
+    d = k.shape[-1]
+    assert r["shared_directions"].tolist() == [[float(d)] * 3] * 2  # every direction shared
+    assert torch.allclose(r["top_weighted_share"], torch.ones(2, 3, dtype=F64), atol=1e-10)
 
 
 def test_null_with_the_true_axes_equals_the_metrics():

@@ -26,7 +26,10 @@ overlap rose by 0.006-0.019, no verdict moved), and when claim J's trend got its
 the output fit's excess (method §3.4: the checkpoints now carry the fit; the tiny ViT's trend is
 `ours`-undetermined, the null leaving no room, `p2` still refuted), and when every `vs_null`
 entry got the same fields (method §7.2: `smallest_p`, `n_samples`, and claim J's adjusted p and
-`can_reject` added; no number moved). Its numbers agree within their tolerances under every emulated CPU setting of
+`can_reject` added; no number moved), and when claim V got its tier "partial" (method §2.6:
+every claim-V record carries the top-weighted share and the shared directions with their nulls,
+intervals and the random-init twin's test; MiniLM's L00 heads 0 and 1 moved from refuted to
+partial; the models' info names their twin). Its numbers agree within their tolerances under every emulated CPU setting of
 tests/test_cpu_emulation.py, MKL on SSE4.2 with CBWR included. The golden crosses machines, so it is compared through :func:`report.tolerances.differences`:
 verdicts, counts, names, hashes and key order exactly, every number within the tolerance of its
 field kind (declared once, in :mod:`report.tolerances`), the evidence text through its numbers.

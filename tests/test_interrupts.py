@@ -155,10 +155,11 @@ def temporaries(cache: Path) -> list[Path]:
 
 
 def assert_one_entry_each(cache: Path) -> None:
-    """One capture and one entry per claim (one layer was checked): each computed exactly once."""
+    """Two captures (the checkpoint's and its random-init twin's, which claim V reads: method
+    §2.6) and one entry per claim (one layer was checked): each computed exactly once."""
     counts = {ns: len(keys) for ns, keys in entries(cache).items()}
     assert {"capture", "claim_E", "claim_J", "claim_V"} <= set(counts), counts
-    assert set(counts.values()) == {1}, counts
+    assert counts.pop("capture") == 2 and set(counts.values()) == {1}, counts
 
 
 def same_numbers(run: dict, reference: dict) -> None:

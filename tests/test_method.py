@@ -368,6 +368,30 @@ def _allclose_probe(path, tmp_path, monkeypatch):
         assert after.tolist() != before.tolist()
 
 
+def _shared_bar_probe(path, tmp_path, monkeypatch):
+    """``[claim_v.partial] shared_bar`` (method §2.6): every principal angle of a head whose
+    directions are all tilted to cos² 0.5 is not shared at the bar 0.9, and shared at 0.4; the
+    claim's layer reads the bar from the file (its cache settings)."""
+    from checks.value_vectors import direction_metrics
+    from claims import claim_v_layer
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(24, 9, generator=g, dtype=F64)
+    z[:, 0] = 1.0
+    q = torch.linalg.qr(z).Q[:, 1:]  # 8 orthonormal columns orthogonal to the ones vector
+    y, other = q[:, :4], q[:, 4:]
+    mu = torch.tensor([4.0, 3.0, 2.0, 1.0], dtype=F64)
+
+    def count() -> float:
+        bar = claim_v_layer.cache_settings()["shared_bar"]
+        return float(direction_metrics((y + other) / 2 ** 0.5, y, mu, v_null=other,
+                                       bar=bar)["shared_directions"])
+
+    assert count() == 0.0
+    monkeypatch.setattr(verdicts, "THRESHOLDS_FILE", _edited_copy(tmp_path, path, 0.4))
+    assert count() == 4.0
+
+
 def _undetermined_probe(path, tmp_path, monkeypatch):
     """Two of four samples undetermined: share 0.5 is judged at max_share 0.5, not at 0.4."""
     def verdict():
@@ -619,6 +643,8 @@ def _probe_for(path):
         return _candidate_probe
     if path[:2] == ("claim_v", "allclose"):
         return _allclose_probe
+    if path == ("claim_v", "partial", "shared_bar"):
+        return _shared_bar_probe
     if path[1:] == ("undetermined", "max_share"):
         return _undetermined_probe
     if path[0] == "claim_j_reference":
@@ -641,11 +667,12 @@ def test_the_thresholds_file_holds_numbers_to_probe():
 
 
 def test_names_are_defined_once_and_agree_with_the_math():
-    from checks.value_vectors import METRIC_NAMES
+    from checks.value_vectors import DIRECTION_NAMES, METRIC_NAMES
     from claims import names
     from report import results_file
 
-    assert set(METRIC_NAMES) == set(names.V_MEASURED)  # the math's outputs, named by the claims
+    # the math's outputs, named by the claims (the directions of method §2.6 among them)
+    assert set(METRIC_NAMES) | set(DIRECTION_NAMES) == set(names.V_MEASURED)
     assert set(names.V_MEASURED) < set(names.V_METRICS)
     from report.sections import claim_v_section as v_section
 

@@ -20,7 +20,7 @@ S, R, I, U = verdicts.SUPPORTED, verdicts.REFUTED, verdicts.INCONCLUSIVE, verdic
 
 # ---------------------------------------------------------------------------- shares, effects
 def test_shares_are_the_fraction_of_each_verdict():
-    assert mv.shares([S, R, R, I]) == {S: 0.25, I: 0.25, R: 0.5, U: 0.0}
+    assert mv.shares([S, R, R, I]) == {S: 0.25, verdicts.PARTIAL: 0.0, I: 0.25, R: 0.5, U: 0.0}
     assert sum(mv.shares([R, U, U]).values()) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         mv.shares([])

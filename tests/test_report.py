@@ -68,7 +68,7 @@ def heatmap_letters(page: str, element_id: str) -> list[str]:
     svg_text = element(page, "svg", element_id)
     group = re.search(r'<g text-anchor="middle" font-size="\d+" font-weight="600"[^>]*>(.*?)</g>',
                       svg_text, re.S)
-    return re.findall(r">([SRIU])</text>", group.group(1)) if group else []
+    return re.findall(r">([SRIUP])</text>", group.group(1)) if group else []
 
 
 def all_sources(node) -> list[str]:
@@ -92,7 +92,7 @@ def test_example_file_covers_every_verdict_level_and_claim(example):
 
 def test_grid_shows_model_verdicts_counts_and_not_run(page):
     assert 'data-verdict="inconclusive"' in grid_cell(page, MINI, "V")
-    assert ("heads: 1 supported, 2 refuted, 2 inconclusive, 1 undetermined"
+    assert ("heads: 1 supported, 1 partial, 2 refuted, 1 inconclusive, 1 undetermined"
             in grid_cell(page, MINI, "V"))
     assert 'data-verdict="refuted"' in grid_cell(page, CTRL, "V")
     assert "heads: 4 refuted, 1 inconclusive, 1 undetermined" in grid_cell(page, CTRL, "V")
@@ -111,7 +111,7 @@ def test_every_verdict_kind_appears_with_word_and_letter(page):
         assert f'class="verdict v-{verdict}">{verdict}</span>' in page
         assert f"({letter})" in element(page, "div", "verdict-legend")
     # heatmap letters in row-major order (layer 0 heads 0-2, layer 1 heads 0-2), from the fixture
-    assert heatmap_letters(page, f"heatmap-V-{MINI}") == ["R", "I", "U", "S", "R", "I"]
+    assert heatmap_letters(page, f"heatmap-V-{MINI}") == ["R", "I", "U", "S", "R", "P"]
     assert heatmap_letters(page, f"heatmap-V-{CTRL}") == ["R", "R", "I", "R", "U", "R"]
     assert heatmap_letters(page, f"heatmap-E-{MINI}") == ["R", "R", "S", "R", "S", "R"]
 
