@@ -79,6 +79,19 @@ def _with_ci(rec: dict | None, metric: str) -> str:
     return _num(value) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else "")
 
 
+def _share_cell(rec: dict) -> str:
+    """Claim V's top-weighted share with its interval, null and random-init twin, and the shared
+    directions beside the twin's (method §2.6); "" for a record without a twin."""
+    twin = rec.get("init_twin") or {}
+    metrics, null = rec.get("metrics") or {}, rec.get("null") or {}
+    if not twin or "top_weighted_share" not in metrics:
+        return ""
+    return (f"top-weighted share {_with_ci(rec, 'top_weighted_share')} (null "
+            f"{_num(null.get('top_weighted_share'))}, random-init twin "
+            f"{_num(twin.get('top_weighted_share'))}), {_num(metrics.get('shared_directions'))} "
+            f"directions shared (twin {_num(twin.get('shared_directions'))})")
+
+
 def _counts(recs: list[dict], rules: str = "ours") -> str:
     c = Counter((r.get("verdicts") or {}).get(rules, r.get("verdict")) for r in recs)
     return ", ".join(f"{c[v]} {v}" for v in VERDICTS if c[v]) or "—"
@@ -160,8 +173,11 @@ def _model_row(key: str, info: dict, recs: list[dict], skipped: dict | None = No
     if v_model:
         vv = v_model.get("verdicts") or {}
         null = (v_model.get("null") or {}).get("optimal_cosine")
-        v_mod = (f"{vv.get('p2')} → **{vv.get('ours', v_model['verdict'])}**: overlap excess "
-                 f"{_with_ci(v_model, 'subspace_overlap_excess')}; optimal cosine "
+        ours = vv.get("ours", v_model["verdict"])
+        parts = [f"overlap excess {_with_ci(v_model, 'subspace_overlap_excess')}",
+                 _share_cell(v_model)]
+        parts = [p for p in (parts[::-1] if ours == "partial" else parts) if p]
+        v_mod = (f"{vv.get('p2')} → **{ours}**: " + "; ".join(parts) + "; optimal cosine "
                  f"{_num((v_model.get('metrics') or {}).get('optimal_cosine'))}"
                  + (f" (null {_num(null)})" if null is not None else ""))
     else:
@@ -201,8 +217,10 @@ def readme_block(reference: dict) -> str:
         f"{blas.get('mkl_version') or blas.get('openblas_version') or ''}".rstrip() + "), "
         f"{prov.get('workers', 0)} workers.",
         "",
-        f"{len(recs)} claim tests: {total['supported']} supported (passed), {total['refuted']} "
-        f"refuted, {total['inconclusive']} inconclusive, {total['undetermined']} undetermined "
+        f"{len(recs)} claim tests: {total['supported']} supported (passed), "
+        + (f"{total['partial']} partial, " if total["partial"] else "") +
+        f"{total['refuted']} refuted, {total['inconclusive']} inconclusive, "
+        f"{total['undetermined']} undetermined "
         f"(rules `{(reference.get('options') or {}).get('rules', 'ours')}`) of the models under "
         f"test; exit {reference.get('exit_status', '?')}. Intervals are 95% bootstrap CIs.",
         "",
