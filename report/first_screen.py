@@ -13,6 +13,8 @@ missing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .common import fmt
 from .index import Index, spec_of
 from .overview import _test_file_claims
@@ -20,6 +22,7 @@ from .overview import _test_file_claims
 #: How the first screen names a metric (raw keys of the records elsewhere stay in code font).
 METRIC_WORDS = {
     "subspace_overlap_excess": "overlap excess over chance",
+    "top_weighted_share": "top-weighted share", "shared_directions": "directions shared",
     "optimal_cosine": "optimal cosine", "linear_cka": "linear CKA", "kernel_cka": "kernel CKA",
     "output_r2": "output-fit R²", "output_r2_excess": "output-fit R² excess over chance",
     "fit_median_log10_ratio": "median log10 ‖h*‖²/‖φ(q)‖² at the fit",
@@ -121,6 +124,16 @@ def judged_numbers(rec, names: list[str]) -> list[str]:
             text += f", null {fmt(n)}"
         out.append(text)
     return out
+
+
+def tier_numbers(rec) -> list[str]:
+    """For a partial record (claim V, method §2.6), what its tier was judged on, first:
+    ``top-weighted share 0.178 [0.172, 0.184], null 0.092, random-init twin 0.127``."""
+    twin = rec.get("init_twin") if isinstance(rec, Mapping) else None
+    if rec.verdict != "partial" or not twin:
+        return []
+    text = judged_numbers(rec, ["top_weighted_share"])
+    return [f"{t}, random-init twin {fmt(twin.get('top_weighted_share'))}" for t in text]
 
 
 def short_reason(reason: str | None, limit: int = 110) -> str:
@@ -281,7 +294,8 @@ def enrich_grid(grid: dict, results: dict, index: Index, claims: list[str]) -> d
         row["cells"] = [row["cells"][i] for i in keep]
         for cell in row["cells"]:
             rec = index.model_record(cell["claim"], row["model"])
-            cell["judged"] = judged_numbers(rec, names[cell["claim"]]) if rec else []
+            cell["judged"] = (tier_numbers(rec) + judged_numbers(rec, names[cell["claim"]])
+                              if rec else [])
             cell["reason"] = (short_reason(rec.reason) if rec is not None
                               and rec.verdict == "undetermined" else "")
             cell["title"] = str(rec.reason or "") if rec is not None else ""
