@@ -204,7 +204,7 @@ class VRoute:
                                      "optimal_cosine"]}
                          for layer, m in per_layer.items()}
             return ctx.outcomes(CLAIM, per_layer)
-        result, open_units = v_bounded(ctx.model, per_layer, ctx.heads, ctx.rules)
+        result, open_units = v_bounded(ctx.model, per_layer, ctx.heads_for(CLAIM), ctx.rules)
         if open_units == []:
             return result
         # some verdict depends on the exact optimal cosine: match the heads whose verdicts do
@@ -221,7 +221,7 @@ class VRoute:
             return ctx.outcomes(CLAIM, per_layer)
         per_layer = {layer: with_matched(m, exact[layer], heads_of[layer]) if layer in heads_of
                      else m for layer, m in per_layer.items()}
-        result, open_units = v_bounded(ctx.model, per_layer, ctx.heads, ctx.rules)
+        result, open_units = v_bounded(ctx.model, per_layer, ctx.heads_for(CLAIM), ctx.rules)
         if open_units != []:  # cannot happen: a matched head's bounds are one value
             raise RuntimeError(f"claim V under {name}: heads {open_units} are still undecided "
                                "after their matching")

@@ -457,3 +457,20 @@ def test_an_axis_of_no_run_option_needs_a_default():
     grid["odd"] = mv.Axis(name="odd", label="odd", values=("a", "b"), claims=("V",),
                           stage="compute", option="no_such_option", why="w", default="b")
     assert default_specification(RunOptions(), grid)["odd"] == "b"
+
+
+def test_the_curve_counts_a_kv_claims_heads_once_per_kv_head():
+    """On a grouped-query model the specification curve aggregates a claim that reads keys and
+    values only (claims V and E) over one query head per KV head, as its tests do (method §5.7),
+    and every other claim over every selected head: SmolLM2's default specification then equals
+    its main records (it did not: claim V's model overlap excess 0.3295 against 0.3371)."""
+    from types import SimpleNamespace
+
+    from fixtures.engine.multiverse_metrics import CurveContext
+
+    ctx = SimpleNamespace(base=SimpleNamespace(spec=SimpleNamespace(n_rep=3)), heads=[0, 1, 2, 4, 8])
+    assert CurveContext.heads_for(ctx, "V") == [0, 3, 6]
+    assert CurveContext.heads_for(ctx, "E") == [0, 3, 6]
+    assert CurveContext.heads_for(ctx, "J") == [0, 1, 2, 4, 8]
+    ctx.base.spec.n_rep = 1
+    assert CurveContext.heads_for(ctx, "V") == [0, 1, 2, 4, 8]
