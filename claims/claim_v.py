@@ -188,13 +188,13 @@ def decide(metrics: dict[str, torch.Tensor], undetermined: torch.Tensor,
         tost = chance_pvalues(per_sample, count > 0, seed, equivalence=True)[0]
         vs_null = vs_null_record(p, p, int((count > 0).sum()), tost, tost,
                                  equivalence_margins(per_sample, count > 0)[0])
+        if vs_twin is None:  # and its test against the random-init twin likewise (§2.6)
+            vs_twin = partial.model_test(grid, keep2, seed_from(f"{seed}-V-vs-init-twin"))
     above = ({m: t["above_chance"] for m, t in vs_null.items()}
              if all(t.get("can_reject", True) for t in vs_null.values()) else None)
     at = {m: bool(t.get("at_chance")) for m, t in vs_null.items()}
     v, both = verdicts.judge_both(SECTION, summary["metrics"], stats["ci"], above, rules,
                                   at_chance=at)
-    if vs_twin is None and partial.has_twin(grid) and intervals is None:  # a model: test here
-        vs_twin = partial.model_test(grid, keep2, seed_from(f"{seed}-V-vs-init-twin"))
     both["ours"], tier = partial.apply(both["ours"], vs_null, vs_twin)
     if rules == "ours" and both["ours"] != v.verdict:
         v.verdict = both["ours"]
