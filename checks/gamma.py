@@ -26,7 +26,7 @@ from .gamma_controls import eigen_control_twin, perturbed_axes  # noqa: F401 (pa
 from .gamma_precision import canonical_axes, overlap_precision
 from .round_off import relative_twin
 from .gram import DEFAULT_DTYPE, KeyGram
-from .invariant_subspace import subspace_measures
+from .invariant_subspace import bias_direction, subspace_measures
 from .nulls import shuffled_token_null
 
 
@@ -317,17 +317,20 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
     }
     if null_perm is not None:  # ρ's and ω's chance level (method §4.2)
         candidates["null"] = recover_axes(shuffled_token_null(v, null_perm), log_g)
-    out, degenerate = _measures(kg.centred, candidates)
+    # V + 1cᵀ moves â by h·cᵀ, h = g − ḡ: ρ and ω judge span([Â, h]), the same for every c
+    bias = bias_direction(log_g)
+    out, degenerate = _measures(kg.centred, candidates, bias)
     for name in ("learned", "null"):  # spans of data, which can be ill-conditioned (method §4.2)
         if name in candidates:
             out[f"{name}_directions_precision"] = overlap_precision(
-                kg.centred, candidates[name], out[f"{name}_directions"])
+                kg.centred, candidates[name], out[f"{name}_directions"], extra=bias)
     if round_off:  # method §13.2: every measure again on round-off-moved K̃ and axes
         twin_gram, twin_eigen = eigen_control_twin(kg, m)
         twins = {name: relative_twin(axes, 3) for name, axes in candidates.items()
                  if name in ("learned", "null")}
         twins.update(eigen=twin_eigen, perturbed=perturbed_axes(twin_eigen, seed=seed))
-        twin, _ = _measures(twin_gram, {name: twins[name] for name in candidates})
+        twin, _ = _measures(twin_gram, {name: twins[name] for name in candidates},
+                            relative_twin(bias.unsqueeze(-1), 4).squeeze(-1))
         out.update({f"{key}_twin": value for key, value in twin.items()})
     if bool((degenerate & ~kg.undetermined).any()):
         where = tuple(int(i) for i in torch.nonzero(degenerate & ~kg.undetermined)[0])
@@ -338,12 +341,12 @@ def gamma_spread_batched(k: torch.Tensor, v: torch.Tensor, scale: float | None =
     return out
 
 
-def _measures(centred: torch.Tensor, candidates: dict[str, torch.Tensor]
-              ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def _measures(centred: torch.Tensor, candidates: dict[str, torch.Tensor],
+              bias: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Each candidate's relative and absolute γ spreads per column (``name``, ``name_abs``; the
     null has none), its invariant-subspace residual ρ (``name_subspace``) and direction overlap ω
-    (``name_directions``) on K̃ = ``centred``; and whether a head has a column whose spread is
-    undefined (method §4, §4.2)."""
+    (``name_directions``) of span([Â, ``bias``]) on K̃ = ``centred``; and whether a head has a
+    column whose spread is undefined (method §4, §4.2)."""
     spread = {name: axes for name, axes in candidates.items() if name != "null"}
     # An undetermined head (μ_d round-off; K̃ = 0 for identical keys) can have eigen-control
     # columns with a single nonzero entry (eigh returns unit vectors for a zero matrix): their
@@ -363,7 +366,8 @@ def _measures(centred: torch.Tensor, candidates: dict[str, torch.Tensor]
         out[name], out[f"{name}_abs"] = rel, absolute
     # the basis-free form of γ constancy: is span(Â) K̃-invariant? (method §4.2)
     for name, axes in candidates.items():
-        out[f"{name}_subspace"], out[f"{name}_directions"] = subspace_measures(centred, axes)
+        out[f"{name}_subspace"], out[f"{name}_directions"] = subspace_measures(centred, axes,
+                                                                                bias)
     return out, degenerate
 
 

@@ -103,7 +103,8 @@ def canonical_axes(eigenvalues: torch.Tensor, axes: torch.Tensor,
 
 
 def overlap_precision(centred_gram: torch.Tensor, axes: torch.Tensor,
-                      omega: torch.Tensor | None = None) -> torch.Tensor:
+                      omega: torch.Tensor | None = None,
+                      extra: torch.Tensor | None = None) -> torch.Tensor:
     """How far round-off alone moves ω(Â) (:func:`checks.invariant_subspace.invariance_overlap`):
     |ω(K̃ + δK, Â + δÂ) − ω(K̃, Â)| / ω(K̃, Â), shape [...] (method §4.2, "Precision").
 
@@ -121,6 +122,8 @@ def overlap_precision(centred_gram: torch.Tensor, axes: torch.Tensor,
     axes : Tensor [..., N, m]
     omega : Tensor [...], optional
         ω(K̃, Â) when the caller has it.
+    extra : Tensor [..., N], optional
+        The value bias's direction h: ω of span([Â, h]), as claim E judges it (method §4.2).
 
     Examples
     --------
@@ -133,12 +136,13 @@ def overlap_precision(centred_gram: torch.Tensor, axes: torch.Tensor,
     gram = centred_gram.to(torch.float64)
     a = axes.to(torch.float64)
     if omega is None:
-        omega = invariance_overlap(gram, a)
+        omega = invariance_overlap(gram, a, extra=extra)
     e_k, e_a = _round_off_patterns(n, m)
     e_k, e_a = e_k.to(gram.device), e_a.to(a.device)
     k_scale = gram.abs().amax(dim=(-2, -1), keepdim=True)
     a_scale = a.abs().amax(dim=(-2, -1), keepdim=True)
-    moved = invariance_overlap(gram + ROUND_OFF * k_scale * e_k, a + ROUND_OFF * a_scale * e_a)
+    moved = invariance_overlap(gram + ROUND_OFF * k_scale * e_k, a + ROUND_OFF * a_scale * e_a,
+                               extra=extra)
     return (moved - omega).abs() / omega.abs().clamp_min(torch.finfo(torch.float64).tiny)
 
 

@@ -9,15 +9,30 @@ span of the recovered axes is mapped into itself by K̃, i.e. is spanned by d ei
 
 0 for any basis of the span of eigenvectors, whatever M, signs, order or scale, and up to 1 when
 K̃ maps the span entirely out of itself.
+
+The value bias. V → V + 1cᵀ is the same network (softmax rows sum to 1; the output bias absorbs
+c·W_O), and it moves the recovered axes to Â + h·cᵀ with h = g − ḡ (method §4.2). Every measure
+here therefore takes an optional ``extra`` direction [..., N] (claim E passes h): the span judged
+is then span([Â, h]), the same for every c. h is added as the unit vector of its part outside
+span(Â) when that part exceeds :data:`EXTRA_FLOOR`·√N (h at peak 1 of g), and as a zero column
+otherwise (h in span(Â), or a constant g whose h is round-off): a zero column changes neither ρ
+nor ω.
 """
 
 from __future__ import annotations
 
 import torch
 
+#: The part of the extra direction h outside span(Â), per √N, below which h counts as inside it
+#: (h is g − ḡ with g at peak 1; its round-off is about 1e-16 per entry, so this is 10⁶ times
+#: that, and a part this small moves the span by less than the round-off of the axes' own QR).
+EXTRA_FLOOR = 1e-10
 
-def invariant_subspace_residual(centred_gram: torch.Tensor, axes: torch.Tensor) -> torch.Tensor:
-    """ρ(Â) of the module docstring for K̃ [..., N, N] and Â [..., N, m]: shape [...].
+
+def invariant_subspace_residual(centred_gram: torch.Tensor, axes: torch.Tensor,
+                                extra: torch.Tensor | None = None) -> torch.Tensor:
+    """ρ(Â) of the module docstring for K̃ [..., N, N] and Â [..., N, m]: shape [...]; of
+    span([Â, extra]) with ``extra`` [..., N] (the module docstring's value bias).
 
     >>> g = torch.Generator().manual_seed(0)
     >>> x = torch.randn(8, 8, generator=g, dtype=torch.float64); k = x @ x.T
@@ -28,25 +43,60 @@ def invariant_subspace_residual(centred_gram: torch.Tensor, axes: torch.Tensor) 
     >>> float(invariant_subspace_residual(k, torch.randn(8, 3, generator=g, dtype=torch.float64))) > 0.1
     True
     """
-    return _residual(*_basis_and_image(centred_gram, axes))
+    return _residual(*_basis_and_image(centred_gram, axes, extra))
 
 
-def subspace_measures(centred_gram: torch.Tensor,
-                      axes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ρ(Â), ω(Â)) of :func:`invariant_subspace_residual` and :func:`invariance_overlap`, the
-    same bits, with the basis Q of span(Â) and its image K̃Q computed once for both."""
-    q, kq = _basis_and_image(centred_gram, axes)
+def bias_direction(log_g: torch.Tensor) -> torch.Tensor:
+    """h = g − ḡ [..., N] from log g [..., N] (at any per-head offset: g is taken at peak 1): the
+    direction along which a value bias moves the recovered axes, â → â + h·c for V → V + 1cᵀ
+    (method §4.2). ρ and ω judge span([Â, h]), which no c changes.
+
+    >>> from checks.gamma import recover_axes
+    >>> v = torch.randn(6, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> log_g = torch.linspace(-1.0, 0.0, 6, dtype=torch.float64)
+    >>> c = torch.tensor([[3.0, -2.0]], dtype=torch.float64)
+    >>> moved = recover_axes(v + c, log_g) - recover_axes(v, log_g)
+    >>> h = bias_direction(log_g) * torch.exp(log_g).amax()
+    >>> torch.allclose(moved, h.unsqueeze(-1) * c)
+    True
+    """
+    g = torch.exp(log_g.to(torch.float64) - log_g.to(torch.float64).amax(dim=-1, keepdim=True))
+    return g - g.mean(dim=-1, keepdim=True)
+
+
+def subspace_measures(centred_gram: torch.Tensor, axes: torch.Tensor,
+                      extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ρ, ω) of :func:`invariant_subspace_residual` and :func:`invariance_overlap`, the
+    same bits, with the basis Q of span(Â) (or span([Â, extra])) and its image K̃Q computed
+    once for both."""
+    q, kq = _basis_and_image(centred_gram, axes, extra)
     return _residual(q, kq), _overlap(q, kq, None)
 
 
-def _basis_and_image(centred_gram: torch.Tensor,
-                     axes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q, an orthonormal basis of span(Â) (Â at peak 1 first), and K̃Q: what ρ and ω start from."""
+def _basis_and_image(centred_gram: torch.Tensor, axes: torch.Tensor,
+                     extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q, an orthonormal basis of span(Â) (Â at peak 1 first), with ``extra``'s direction outside
+    it appended (a zero column where that part is below :data:`EXTRA_FLOOR`·√N), and K̃Q: what
+    ρ and ω start from."""
     a = axes.to(torch.float64)
     peak = a.abs().amax(dim=(-2, -1), keepdim=True)
     a = a / torch.where(peak > 0, peak, torch.ones_like(peak))
     q, _ = torch.linalg.qr(a)
+    if extra is not None:
+        q = torch.cat([q, _outside(q, extra.to(torch.float64).unsqueeze(-1))], dim=-1)
     return q, centred_gram.to(torch.float64) @ q
+
+
+def _outside(q: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """The unit vector of h [..., N, 1]'s part outside span(q) (projected out twice, as
+    Gram-Schmidt needs for orthogonality to round-off), or 0 where that part is below
+    :data:`EXTRA_FLOOR`·√N."""
+    for _ in range(2):
+        h = h - q @ (q.transpose(-1, -2) @ h)
+    norm = torch.linalg.vector_norm(h, dim=(-2, -1), keepdim=True)
+    keep = norm > EXTRA_FLOOR * h.shape[-2] ** 0.5
+    return torch.where(keep, h / torch.where(keep, norm, torch.ones_like(norm)),
+                       torch.zeros_like(h))
 
 
 def _residual(q: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
@@ -57,7 +107,8 @@ def _residual(q: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
 
 
 def invariance_overlap(centred_gram: torch.Tensor, axes: torch.Tensor,
-                       rtol: float | None = None) -> torch.Tensor:
+                       rtol: float | None = None,
+                       extra: torch.Tensor | None = None) -> torch.Tensor:
     """ω(Â): how invariant span(Â) is under K̃ direction by direction, shape [...] (method §4.2).
 
     ω = ‖Qᵀ U‖²_F / r, with Q an orthonormal basis of span(Â) and U an orthonormal basis of
@@ -70,7 +121,8 @@ def invariance_overlap(centred_gram: torch.Tensor, axes: torch.Tensor,
     while ω counts the random ones.
 
     ``rtol`` defaults to N·ε of the dtype (float64): image directions below round-off of the
-    largest are left out (a direction K̃ maps to about 0 is trivially invariant).
+    largest are left out (a direction K̃ maps to about 0 is trivially invariant). ``extra``
+    [..., N]: ω of span([Â, extra]) (the module docstring's value bias).
 
     >>> g = torch.Generator().manual_seed(0)
     >>> x = torch.randn(8, 8, generator=g, dtype=torch.float64); k = x @ x.T
@@ -81,7 +133,7 @@ def invariance_overlap(centred_gram: torch.Tensor, axes: torch.Tensor,
     >>> float(invariance_overlap(k, torch.randn(8, 3, generator=g, dtype=torch.float64))) < 0.9
     True
     """
-    return _overlap(*_basis_and_image(centred_gram, axes), rtol)
+    return _overlap(*_basis_and_image(centred_gram, axes, extra), rtol)
 
 
 def _overlap(q: torch.Tensor, image: torch.Tensor, rtol: float | None) -> torch.Tensor:

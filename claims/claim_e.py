@@ -238,7 +238,7 @@ def head_record(model: str, layer: int, head: int, t: dict[str, torch.Tensor],
             sub_t = {f"gamma_{name}": (1.0 - t[f"gamma_{name}_{suffix}"].to(torch.float64))
                      if flip else t[f"gamma_{name}_{suffix}"]
                      for name in ("learned", "eigen", "perturbed")}
-            sub_ci = gamma_ci(sub_t, keeps, seed)[head]["gamma_position"]
+            sub_ci = gamma_ci(sub_t, keeps, seed, measured_anchor=True)[head]["gamma_position"]
             ci.update(_finite_intervals({metric: sub_ci}, metrics))
         if subspace["null_positions"] is not None:
             null = subspace["null_positions"]

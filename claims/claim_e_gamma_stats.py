@@ -15,10 +15,13 @@ from . import verdicts
 from .chance import ChanceTest, above_pvalues, adjusted, chance_settings, chance_test, tost_p
 
 GAMMA = "claim_e_gamma"
-#: The true eigenvectors' values in exact arithmetic, the anchors of the three γ positions
-#: (method §4.2, "Precision"): relative spread 0, ρ 0, 1 − ω 0. The measured eigen control is
-#: the eigensolver's round-off amplified by 1/(μ_k·â_ik) (up to 3e-3 on heads with a graded
+#: The true eigenvectors' relative γ spread in exact arithmetic, the anchor of the per-column γ
+#: position (method §4.2, "Precision"). The measured spread of the eigen control is the
+#: eigensolver's round-off amplified by 1/(μ_k·â_ik) (up to 3e-3 on heads with a graded
 #: spectrum): it only decides whether there is a contrast at all (the perturbed control above it).
+#: ρ's and ω's positions are anchored at the eigen control as measured: they judge span([Â, h])
+#: (the value bias's direction h = g − ḡ included), whose value for the true eigenvectors,
+#: span([A, h]), is not 0 but is computed to round-off (ρ of an exact eigenbasis is ~1e-15).
 EXACT_EIGEN = 0.0
 
 
@@ -78,11 +81,11 @@ def subspace_summary(t: dict[str, torch.Tensor], head: int, keep: torch.Tensor) 
     undefined: dict[str, str] = {}
 
     def between(metric: str, values: dict, what: str, who: str = "learned") -> float | None:
-        def contrast() -> float:
+        def contrast() -> float:  # anchored at the measured span([A, h]) (see EXACT_EIGEN)
             if not values["perturbed"] > values["eigen"]:
                 raise UndefinedValueError(f"the perturbed control's {what} does not exceed the "
                                           "true eigenvectors': no contrast to judge by")
-            return position_between(values[who], EXACT_EIGEN, values["perturbed"])
+            return position_between(values[who], values["eigen"], values["perturbed"])
         return defined(metric, contrast, undefined if who == "learned" else {})
 
     loss = {name: 1.0 - x for name, x in directions.items()}  # 1 − ω: 0 when invariant
@@ -112,12 +115,17 @@ def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor,
     (``keep`` [S, H]): *above chance* (one-sided sign-flip test: the learned span is more nearly
     invariant than the token-shuffled values' span) and *at chance* (TOST with margin
     ``[claim_e_gamma.ours.chance_margin.gamma_subspace_residual]`` of the room between the
-    null's mean residual and 0, :func:`claims.verdicts.absolute_margin`), both adjusted across the
-    layer's heads (``[rule_sets.ours].correction``)."""
+    null's mean residual and the true eigenvectors' (ρ of span([A, h]), the least a span can
+    have once the value bias's direction is in it), :func:`claims.verdicts.absolute_margin`),
+    both adjusted across the layer's heads (``[rule_sets.ours].correction``)."""
     diff = (t["gamma_null_subspace"] - t["gamma_learned_subspace"]).to(torch.float64)  # [S, H]
     k = keep.to(torch.float64)
-    null_mean = (t["gamma_null_subspace"].to(torch.float64) * k).sum(0) / k.sum(0).clamp_min(1)
-    margin = verdicts.absolute_margin(GAMMA, "gamma_subspace_residual", null_mean)  # [H]
+
+    def mean(name: str) -> torch.Tensor:
+        return (t[f"gamma_{name}_subspace"].to(torch.float64) * k).sum(0) / k.sum(0).clamp_min(1)
+
+    room = mean("null") - mean("eigen")                                  # [H]
+    margin = verdicts.absolute_margin(GAMMA, "gamma_subspace_residual", room)  # [H]
     share = float(verdicts.chance_margins(GAMMA)["gamma_subspace_residual"])
     p = above_pvalues(diff, keep, seed)
     tost = tost_p(diff, keep, margin, seed + 1)
@@ -128,7 +136,7 @@ def chance_tests(t: dict[str, torch.Tensor], keep: torch.Tensor,
 
 
 def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
-             cache: dict | None = None) -> list[dict]:
+             cache: dict | None = None, measured_anchor: bool = False) -> list[dict]:
     """95% percentile-bootstrap CIs over samples (method §7) of the γ-spread means and of the γ
     position recomputed from each resample's three means, for every head of a layer at once
     (``keep`` [S, H]: the samples each head's means use), all heads sharing the resamples of
@@ -137,9 +145,10 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
     ``cache``: a dict owned by the caller in which ``seed`` names one layer's fixed tensors (a
     model run's ``statistics``: the seed names model and layer), where the result is kept under
     (seed, ``keep``, rule-set settings), so that a layer's head tests share one pass; None:
-    computed afresh."""
+    computed afresh. ``measured_anchor``: the position is anchored at each resample's mean eigen
+    control (ρ's and ω's positions), not at :data:`EXACT_EIGEN` (the spread's)."""
     settings = chance_settings()
-    key = ("E-gamma-ci", seed, keep.numpy().tobytes(), settings)
+    key = ("E-gamma-ci", seed, keep.numpy().tobytes(), settings, measured_anchor)
     if cache is not None and key in cache:
         return cache[key]
     level = settings.confidence
@@ -153,9 +162,10 @@ def gamma_ci(t: dict[str, torch.Tensor], keep: torch.Tensor, seed: int,
     draws = torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, math.nan))
     # a contrast needs the perturbed control above the measured eigen control; the position is
     # then anchored at the exact eigenvectors' value (method §4.2, "Precision")
-    gap = draws[..., 2] - EXACT_EIGEN
+    anchor = draws[..., 1] if measured_anchor else EXACT_EIGEN
+    gap = draws[..., 2] - anchor
     position = torch.where(draws[..., 2] > draws[..., 1],
-                           (draws[..., 0] - EXACT_EIGEN) / gap.clamp_min(1e-300),
+                           (draws[..., 0] - anchor) / gap.clamp_min(1e-300),
                            torch.full_like(gap, math.inf))
     ci = percentile_interval(torch.cat([draws, position.unsqueeze(-1)], dim=-1), level,
                              n=int(k.shape[0])).tolist()

@@ -45,15 +45,19 @@ def test_a_heads_at_chance_statement_does_not_change_with_the_sequence_length(ex
     assert set(statements.values()) == {expected}, statements
 
 
-def test_gamma_margin_is_a_share_of_the_residual_room_below_the_null():
-    """γ's residual ρ is best at 0: the margin is a tenth of the null's mean residual, and a head
-    whose residual closes 30 % of it is not at chance whatever that null's size."""
-    for null in (0.05, 0.5, 2.0):
-        t = {"gamma_null_subspace": torch.full((S, 1), null, dtype=F64),
-             "gamma_learned_subspace": _around(0.7 * null, 0.05 * null, 3)}
+@pytest.mark.parametrize("anchor", [0.0, 0.03])
+def test_gamma_margin_is_a_share_of_the_residual_room_below_the_null(anchor):
+    """γ's residual ρ is best at the true eigenvectors' (ρ of span([A, h]), ``anchor``; 0
+    without the bias direction): the margin is a tenth of the room between it and the null's
+    mean residual, and a head whose residual closes 30 % of it is not at chance whatever that
+    null's size."""
+    for room in (0.05, 0.5, 2.0):
+        t = {"gamma_null_subspace": torch.full((S, 1), anchor + room, dtype=F64),
+             "gamma_eigen_subspace": torch.full((S, 1), anchor, dtype=F64),
+             "gamma_learned_subspace": anchor + _around(0.7 * room, 0.05 * room, 3)}
         test = claim_e_gamma_stats.chance_tests(t, torch.ones(S, 1, dtype=torch.bool), 0)[0]
-        assert test["margin"] == pytest.approx(0.1 * null)
-        assert test["at_chance"] is False and test["above_chance"] is True, (null, test)
+        assert test["margin"] == pytest.approx(0.1 * room)
+        assert test["at_chance"] is False and test["above_chance"] is True, (room, test)
 
 
 def _j_terms(r2: torch.Tensor, null: float) -> dict:

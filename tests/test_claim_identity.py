@@ -29,7 +29,10 @@ entry got the same fields (method §7.2: `smallest_p`, `n_samples`, and claim J'
 `can_reject` added; no number moved), and when claim V got its tier "partial" (method §2.6:
 every claim-V record carries the top-weighted share and the shared directions with their nulls,
 intervals and the random-init twin's test; MiniLM's L00 heads 0 and 1 moved from refuted to
-partial; the models' info names their twin). Its numbers agree within their tolerances under every emulated CPU setting of
+partial; the models' info names their twin), and when γ's ρ and ω came to judge span([Â, h])
+with the value bias's direction h = g − ḡ, anchored at the measured eigen control, and ω's bar
+moved to 0.11 (method §4.2: every ρ and ω moved; tiny-vit-digits-softmax L01-H1's claim E went
+from inconclusive to refuted, its ρ position 0.469 [0.347, 0.583] → 0.509 [0.370, 0.645]). Its numbers agree within their tolerances under every emulated CPU setting of
 tests/test_cpu_emulation.py, MKL on SSE4.2 with CBWR included. The golden crosses machines, so it is compared through :func:`report.tolerances.differences`:
 verdicts, counts, names, hashes and key order exactly, every number within the tolerance of its
 field kind (declared once, in :mod:`report.tolerances`), the evidence text through its numbers.

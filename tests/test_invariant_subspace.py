@@ -9,7 +9,7 @@ import torch
 
 from checks.gamma import gamma_spread_batched, recover_axes
 from checks.gram import KeyGram
-from checks.invariant_subspace import invariance_overlap, invariant_subspace_residual
+from checks.invariant_subspace import bias_direction, invariance_overlap, invariant_subspace_residual
 from checks.nulls import shuffled_token_null, token_permutations
 from claims import claim_e, claim_e_layer, verdicts
 
@@ -85,8 +85,34 @@ def test_the_null_axes_are_the_shuffled_values_recovered_with_the_same_weights()
     g = gamma_spread_batched(k, v, null_perm=perm)
     log_g = kg.log_g - kg.log_g.amax(-1, keepdim=True)
     axes = recover_axes(shuffled_token_null(v, perm), log_g)
-    assert torch.allclose(g["null_subspace"], invariant_subspace_residual(kg.centred, axes))
-    assert torch.allclose(g["null_directions"], invariance_overlap(kg.centred, axes))
+    # the span judged holds the value bias's direction h = g − ḡ too (method §4.2): here by
+    # appending h as a column, a route apart from the measures' own `extra`
+    g_at_peak = torch.exp(log_g)
+    spanned = torch.cat([axes, (g_at_peak - g_at_peak.mean(-1, keepdim=True)).unsqueeze(-1)], -1)
+    assert torch.allclose(g["null_subspace"], invariant_subspace_residual(kg.centred, spanned))
+    assert torch.allclose(g["null_directions"], invariance_overlap(kg.centred, spanned))
+
+
+def test_a_value_bias_leaves_rho_and_omega_unchanged_and_h_inside_the_span_adds_nothing():
+    """V → V + 1cᵀ moves Â to Â + h·cᵀ (h = g − ḡ); span([Â, h]) is the same for every c, so ρ
+    and ω with ``extra=h`` are too, while without it they move. An h inside span(Â), or a zero
+    h (constant g), adds no direction: the measures equal those of span(Â) alone."""
+    gen = torch.Generator().manual_seed(5)
+    k = torch.randn(4, 30, 6, generator=gen, dtype=F64)
+    kg = KeyGram(k)
+    log_g = kg.log_g - kg.log_g.amax(-1, keepdim=True)
+    v = torch.randn(4, 30, 6, generator=gen, dtype=F64)
+    c = 10.0 * torch.randn(4, 1, 6, generator=gen, dtype=F64)
+    a, biased = recover_axes(v, log_g), recover_axes(v + c, log_g)
+    h = bias_direction(log_g)
+    for measure in (invariant_subspace_residual, invariance_overlap):
+        plain, moved = measure(kg.centred, a), measure(kg.centred, biased)
+        assert (plain - moved).abs().min() > 1e-3                       # the bias moves them ...
+        assert torch.allclose(measure(kg.centred, a, extra=h),          # ... not modulo h
+                              measure(kg.centred, biased, extra=h), rtol=0, atol=1e-12)
+        inside = a @ torch.randn(6, 1, generator=gen, dtype=F64)
+        for extra in (inside.squeeze(-1), torch.zeros_like(h)):
+            assert torch.allclose(measure(kg.centred, a, extra=extra), plain, rtol=0, atol=1e-12)
 
 
 def test_v_hat_is_supported_far_above_chance_and_a_true_null_is_refuted_at_chance():

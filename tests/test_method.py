@@ -572,7 +572,8 @@ def _chance_margin_probe(path, tmp_path, monkeypatch):
             return claim_v.head_statistics("m", {0: metrics}, [0])[(0, 0)]["vs_null"][metric]["at_chance"]
     elif claim == "claim_e_gamma":
         t = {"gamma_learned_subspace": 0.5 + 0.01 * torch.randn(20, 1, generator=gen, dtype=F64),
-             "gamma_null_subspace": torch.full((20, 1), 0.5, dtype=F64)}
+             "gamma_null_subspace": torch.full((20, 1), 0.5, dtype=F64),
+             "gamma_eigen_subspace": torch.zeros(20, 1, dtype=F64)}
         keep = torch.ones(20, 1, dtype=torch.bool)
 
         def at_chance():
@@ -593,7 +594,8 @@ def _margin_best_probe(path, tmp_path, monkeypatch):
     record's margin follows (method §7.2)."""
     claim, metric = path[0], path[3]
     t = {"gamma_learned_subspace": torch.full((8, 1), 0.2, dtype=F64),
-         "gamma_null_subspace": torch.full((8, 1), 0.3, dtype=F64)}
+         "gamma_null_subspace": torch.full((8, 1), 0.3, dtype=F64),
+         "gamma_eigen_subspace": torch.zeros(8, 1, dtype=F64)}
     keep = torch.ones(8, 1, dtype=torch.bool)
     assert claim == "claim_e_gamma" and metric == "gamma_subspace_residual", path
     share = verdicts.chance_margins(claim)[metric]

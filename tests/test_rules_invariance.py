@@ -11,10 +11,11 @@ import math
 import pytest
 import torch
 
+from checks.gamma import gamma_spread_batched
 from checks.gram import KeyGram
 from checks.nulls import token_permutations
 from checks.value_vectors import value_vector_metrics_batched
-from claims import claim_v, verdicts
+from claims import claim_e, claim_e_layer, claim_v, verdicts
 
 N, D, S = 65, 32, 20
 F64 = torch.float64
@@ -181,10 +182,32 @@ def gamma_records():
     return {name: claim_e.head_record("synthetic", 0, i, t) for i, name in enumerate(names)}
 
 
-@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize("twin", TWINS + ("biased",))
 def test_every_twin_of_v_hat_is_gamma_supported_under_ours(gamma_records, twin):
+    """The biased twin V̂·M + 1cᵀ included: ρ and ω judge span([Â, h]), h = g − ḡ (method §4.2)."""
     rec = gamma_records[twin]
     assert rec["verdicts"]["ours"] == verdicts.SUPPORTED, rec["evidence"]
+    assert abs(rec["metrics"]["gamma_subspace_position"]) < 1e-9
+    assert abs(rec["metrics"]["gamma_direction_position"]) < 1e-9
+
+
+def test_a_value_bias_keeps_v_hats_gamma_verdict_at_d_8():
+    """At d = 8 a bias once moved γ from supported to inconclusive (ρ position 0.155): V̂ and
+    V̂ + 1cᵀ now get the same verdict and the same positions to round-off."""
+    g = torch.Generator().manual_seed(4)
+    k = torch.randn(S, 1, N, 8, generator=g, dtype=F64)
+    v_hat = KeyGram(k).kpca_values("p2")
+    c = torch.randn(S, 1, 1, 8, generator=g, dtype=F64) * v_hat.abs().amax(dim=(-2, -1),
+                                                                            keepdim=True)
+    v = torch.cat([v_hat, v_hat + c], dim=1)
+    kk = k.expand(-1, 2, -1, -1)
+    out = gamma_spread_batched(kk, v, null_perm=token_permutations(N, 3, (S, 2)))
+    t = {"undetermined": out["undetermined"], **claim_e_layer.gamma_terms(out)}
+    exact, biased = (claim_e.head_record("synthetic", 0, i, t) for i in (0, 1))
+    assert exact["verdicts"]["ours"] == biased["verdicts"]["ours"] == verdicts.SUPPORTED, \
+        biased["evidence"]
+    for name in ("gamma_subspace_position", "gamma_direction_position"):
+        assert biased["metrics"][name] == pytest.approx(exact["metrics"][name], abs=1e-9)
 
 
 def test_gamma_under_ours_refutes_the_true_null_and_p2s_gamma_misses_the_rotation(gamma_records):
