@@ -70,6 +70,7 @@ class Axis:
     modality: str | None = None
     causal: bool = False  # the axis exists for causal decoders only
     default: str | None = None  # the default specification's value, where not a run option
+    crossed: bool = True  # False: varied alone, every other axis at its default
 
     def applies(self, claim: str, modality: str | None, causal: bool = False) -> bool:
         return (claim in self.claims and (self.modality is None or self.modality == modality)
@@ -111,10 +112,13 @@ def _axis(name: str, a, where: str) -> Axis:
     default = a.get("default")
     if default is not None and default not in values:
         raise GridError(f"{where}: default {default!r} is not among its values {values}")
+    crossed = a.get("crossed", True)
+    if not isinstance(crossed, bool):
+        raise GridError(f"{where}: crossed must be true or false, got {crossed!r}")
     return Axis(name=name, label=str(a["label"]), values=tuple(values),
                 claims=tuple(str(c) for c in claims), stage=a["stage"], option=str(a["option"]),
                 why=str(a["why"]), modality=a.get("modality"), causal=bool(a.get("causal", False)),
-                default=default)
+                default=default, crossed=crossed)
 
 
 @lru_cache(maxsize=8)
@@ -146,18 +150,29 @@ def axes_for(grid: dict[str, Axis], claim: str, modality: str | None,
 
 def specifications(grid: dict[str, Axis], claim: str, modality: str | None,
                    default: dict[str, str], causal: bool = False) -> list[dict[str, str]]:
-    """Every specification of ``claim`` (one value per applicable axis), the default first.
+    """Every specification of ``claim`` (one value per applicable axis), the default first: every
+    combination of the crossed axes' values (uncrossed axes at their default), then each other
+    value of each uncrossed axis (``crossed = false``) with every other axis at its default.
 
     ``default``: the run's own value of every axis (the main records' specification); a default
-    value that the grid does not list is added to that axis, so the default is always judged."""
+    value that the grid does not list is added to that axis, so the default is always judged.
+
+    >>> grid = {n: Axis(n, n, ("a", "b"), ("V",), "compute", n, "w", crossed=n != "z")
+    ...         for n in ("x", "y", "z")}
+    >>> [" ".join(s.values()) for s in specifications(grid, "V", None, dict(x="a", y="a", z="a"))]
+    ['a a a', 'a b a', 'b a a', 'b b a', 'a a b']
+    """
     axes = axes_for(grid, claim, modality, causal)
     for a in axes:
         if a.name not in default:
             raise GridError(f"the default specification has no value for axis {a.name!r}")
-    choices = [(a.name, (default[a.name], *[v for v in a.values if v != default[a.name]]))
-               for a in axes]
+    base = {a.name: default[a.name] for a in axes}
+    choices = [(a.name, (default[a.name], *[v for v in a.values if v != default[a.name]])
+                if a.crossed else (default[a.name],)) for a in axes]
     specs = [dict(zip([n for n, _ in choices], combo))
              for combo in itertools.product(*[values for _, values in choices])]
+    specs += [{**base, a.name: v} for a in axes if not a.crossed
+              for v in a.values if v != default[a.name]]
     return specs  # product order keeps the all-default combination first
 
 

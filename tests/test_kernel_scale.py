@@ -49,23 +49,26 @@ def test_the_factor_is_recorded_and_keys_the_metrics_only_when_it_is_not_one():
 
 
 def test_a_grid_axis_over_the_kernel_scale_makes_runs_at_that_scale():
-    """The kernel scale as an axis of the specification curve is one table of the grid: its
-    values, as the grid spells them, become the derived runs' factor, and its default is the
-    run's own."""
+    """The kernel scale is an axis of the shipped specification curve (method §1.7, §14.1): its
+    values, as the grid spells them, become the derived runs' factor, its default is the run's
+    own, and it is varied alone (two more specifications per claim); crossed, it would triple
+    the grid."""
     from claims import multiverse as mv
     from fixtures.engine.multiverse_metrics import _options_for, default_specification
 
-    grid = dict(mv.load_grid())
-    grid["kernel_scale"] = mv.Axis(name="kernel_scale", label="kscale",
-                                   values=("1.0", "0.5", "2.0"), claims=("V", "J", "E"),
-                                   stage="compute", option="kernel_scale", why="w")
+    grid = mv.load_grid()
+    axis = grid["kernel_scale"]
+    assert (axis.values, axis.claims, axis.crossed) == (("1.0", "0.5", "2.0"), ("V", "J", "E"),
+                                                        False)
     assert default_specification(RunOptions(), grid)["kernel_scale"] == "1.0"
+    assert default_specification(RunOptions(kernel_scale=0.5), grid)["kernel_scale"] == "0.5"
     options, padding = _options_for(grid, RunOptions(), (("kernel_scale", "0.5"),))
     assert options.kernel_scale == 0.5 and isinstance(options.kernel_scale, float)
     assert padding == "out"
-    assert len(mv.specifications(grid, "E", "image", default_specification(RunOptions(), grid))) \
-        == 3 * len(mv.specifications(mv.load_grid(), "E", "image",
-                                     default_specification(RunOptions())))
+    default = default_specification(RunOptions(), grid)
+    alone = mv.specifications(grid, "E", "image", default)
+    crossed = dict(grid, kernel_scale=dataclasses.replace(axis, crossed=True))
+    assert len(mv.specifications(crossed, "E", "image", default)) == 3 * (len(alone) - 2)
 
 
 def test_claim_v_computes_a_grid_per_kernel_scale_and_its_takers_read_that_grid():

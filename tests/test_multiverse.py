@@ -99,22 +99,29 @@ def test_the_grid_file_declares_each_axis_with_its_claims_and_reason():
 def test_specifications_put_the_default_first_and_follow_the_modality():
     grid = mv.load_grid()
     default = {"axis_convention": "p2", "standardize": "off", "dtype": "float64",
-               "padding": "out", "null": "token-shuffled", "rules": "ours",
+               "padding": "out", "null": "token-shuffled", "kernel_scale": "1.0", "rules": "ours",
                "j_statistic": "pooled-means"}
     image_v = mv.specifications(grid, "V", "image", default)
     text_v = mv.specifications(grid, "V", "text", default)
-    # axes x std x dtype x null x rules; text models add padding
-    assert len(image_v) == 2 * 2 * 2 * 2 * 2 and len(text_v) == 2 * len(image_v)
+    # axes x std x dtype x null x rules; text models add padding; the kernel scale is varied
+    # alone (crossed = false): its two other values add one specification each, at the end
+    assert len(image_v) == 2 * 2 * 2 * 2 * 2 + 2 and len(text_v) == 2 * 2 ** 5 + 2
     assert image_v[0] == {k: v for k, v in default.items() if k not in ("padding", "j_statistic")}
+    for spec, scale in zip(image_v[-2:], ("0.5", "2.0")):
+        assert spec == {**image_v[0], "kernel_scale": scale}
+    assert [s["kernel_scale"] for s in image_v[:-2]] == ["1.0"] * 32
     assert "axis_convention" not in mv.specifications(grid, "J", "image", default)[0]
     assert "null" not in mv.specifications(grid, "J", "image", default)[0]
     assert "dtype" not in mv.specifications(grid, "E", "text", default)[0]
     j = mv.specifications(grid, "J", "image", {**default, "j_statistic": "pooled-means"})
-    assert len(j) == 2 * 2 * 2 * 3  # std x dtype x rules x claim-J statistic
+    assert len(j) == 2 * 2 * 2 * 3 + 2  # std x dtype x rules x claim-J statistic, + kscale
     assert len({mv.spec_name(grid, s) for s in text_v}) == len(text_v)  # names are unique
     # a run with other options has those options as its default
     other = mv.specifications(grid, "V", "image", {**default, "standardize": "on"})
     assert other[0]["standardize"] == "on" and len(other) == len(image_v)
+    # at --kernel-scale 0.5 the grid's other values are 1.0 and 2.0
+    halved = mv.specifications(grid, "E", "image", {**default, "kernel_scale": "0.5"})
+    assert [s["kernel_scale"] for s in halved] == ["0.5"] * 4 + ["1.0", "2.0"]
 
 
 @pytest.mark.parametrize("body, message", [
@@ -124,6 +131,8 @@ def test_specifications_put_the_default_first_and_follow_the_modality():
      "stage"),
     ("[axes.x]\nlabel='x'\nvalues=['a','b']\nclaims=['V']\nstage='compute'\noption='dtype'", "why"),
     ("title = 'no axes'", "no [axes"),
+    ("[axes.x]\nlabel='x'\nvalues=['a','b']\nclaims=['V']\nstage='compute'\noption='dtype'\n"
+     "why='w'\ncrossed='no'", "crossed must be true or false"),
 ])
 def test_a_bad_grid_is_refused_naming_the_axis(tmp_path, body, message):
     path = tmp_path / "grid.toml"
@@ -330,7 +339,7 @@ def test_multiverse_end_to_end_default_specification_equals_the_main_records(pyt
         main = records[("V", model, "model", None, None)]
         assert default["verdict"] == main["verdict"]
         assert default["metrics"] == {m: main["metrics"][m] for m in default["metrics"]}
-        n_specs = 32 if data["modality"] == "image" else 64
+        n_specs = 34 if data["modality"] == "image" else 66  # 2**5 (2**6) + 2 kernel scales
         assert v["n_specifications"] == n_specs == len(v["specifications"])
         assert sum(v["model"]["shares"].values()) == pytest.approx(1.0)
         assert set(v["model"]["axis_effects"]) == set(default["axes"])
