@@ -10,7 +10,7 @@ series records have none.
 
 from __future__ import annotations
 
-from .control_vocabulary import DOSES, NOT_SUPPORTED, POSITIVE, REFUTED, SUPPORTED, WHY_DOSE
+from .control_vocabulary import NOT_REFUTED, NOT_SUPPORTED, POSITIVE, REFUTED, SUPPORTED
 
 _WHY_POS_J = ("softmax(s·QKᵀ)·V̂ projects φ(q) onto unit principal axes (kpca convention), so "
               "‖h‖² ≤ ‖φ(q)‖² for every token; a twin's W_O undoes its M or scale (method §12.2)")
@@ -30,9 +30,20 @@ _WHY_P1_J = ("h is not a projection of φ(q); at P1's kernel scale the attention
              "token-shuffled V̂ already explains most of the output (null R² 0.8-0.9), so a rule "
              "that read a high R² as support would support this head: claim J must not be "
              "supported (method §3.6, §12.4)")
-WHY_DOSE = ("dose-response point: V is V̂ plus row-norm noise of this size, so the claim holds "
-             "only approximately; reported to show where the verdict turns, not judged "
-             "(method §12.2)")
+_DOSE_J = {
+    "noise-5pct": (SUPPORTED, "V is V̂ up to 5 % row-norm noise E: the head's output A·V differs "
+                   "from the KPCA head's by A·E, that noise averaged by the attention rows (it "
+                   "stays near 5 % only where a query attends to a single token), far inside "
+                   "the output fit's support bar (excess 0.9; method §3.6, §12.2)"),
+    "noise-20pct": (NOT_REFUTED, "V is V̂ up to 20 % row-norm noise E: A·E, averaged by the "
+                    "attention rows, leaves the fit's excess far above the refute bar 0.1; "
+                    "whether it reaches 0.9 depends on how many tokens each query attends to "
+                    "(method §3.6, §12.2)"),
+    "noise-100pct": ((), "V is V̂ plus noise as large as its rows, but claim J reads the head's "
+                     "output A·V, in which the attention averages the row noise over the tokens "
+                     "each query attends to (by about 1/sqrt(n_eff)): how much of the fit survives "
+                     "is what this point measures, so no expectation (method §3.6, §12.2)"),
+}
 
 
 
@@ -44,7 +55,7 @@ def expectations() -> dict[str, dict[str, tuple[tuple[str, ...], str]]]:
     """Claim J's expectation per control kind, at layer and model level."""
     return {
         **{kind: _both((SUPPORTED, _WHY_POS_J)) for kind in (*POSITIVE, "noise-1pct")},
-        **{kind: _both(((), WHY_DOSE)) for kind in DOSES},
+        **{kind: _both(exp) for kind, exp in _DOSE_J.items()},
         "null": {"layer": (NOT_SUPPORTED, _WHY_NULL_J_LAYER), "model": (REFUTED, _WHY_NULL_J)},
         "random-init": _both((NOT_SUPPORTED, _WHY_NEG_J)),
         "random-init-p1": _both((NOT_SUPPORTED, _WHY_P1_J)),

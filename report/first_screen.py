@@ -208,8 +208,8 @@ def controls_state(results: dict) -> dict | None:
                      "neither as expected nor failed)")
         kind = "note" if kind == "ok" else kind
     if n["none"]:
-        extra.append(f"{n['none']} without an expectation (dose-response points and claims a "
-                     "control makes no promise for), shown, not judged")
+        extra.append(f"{n['none']} without an expectation (claims a control makes no promise "
+                     "for), shown, not judged")
     return {"kind": kind, "text": text + ("; " + "; ".join(extra) if extra else "") + ".",
             "counts": n, "judged": judged, "records": len(records)}
 

@@ -244,9 +244,14 @@ def test_annotate_records_role_and_expected_verdict_beside_the_verdict():
     bad = annotate(_record("kpca-oracle", "supported", ours="inconclusive"), "kpca-oracle")
     assert bad["expected"]["got"] == "inconclusive" and bad["expected"]["met"] is False
     assert controls.instrument_failed(bad) and not controls.instrument_failed(ok)
-    dose = annotate(_record("kpca-oracle-noise-20pct", "refuted"),
-                             "kpca-oracle-noise-20pct")
-    assert dose["expected"]["met"] is None and dose["control"] == "dose-response"
+    dose = annotate(_record("kpca-oracle-noise-100pct", "refuted"),
+                             "kpca-oracle-noise-100pct")
+    assert dose["expected"]["met"] is True and dose["control"] == "dose-response"
+    assert dose["expected"]["verdict"] == "not supported"
+    turning = annotate(_record("kpca-oracle-noise-20pct", "refuted"), "kpca-oracle-noise-20pct")
+    assert turning["expected"]["met"] is False  # claim V at ε = 0.2 is expected supported
+    unstated = annotate(_record("kpca-oracle-keys-p1", "refuted"), "kpca-oracle-keys-p1")
+    assert unstated["expected"]["met"] is None
     entry = controls.failure_entry({**bad, "test_id": "test_value_vectors[kpca-oracle-L00-H0]"})
     assert entry["kind"] == "instrument" and entry["expected"] == "supported"
     assert entry["got"] == "inconclusive" and entry["role"] == "positive"
@@ -258,16 +263,16 @@ def test_headline_counts_and_verdict_table_exclude_controls():
     records = [_record("m", "refuted"), _record("m", "supported", head=1),
                annotate(_record("kpca-oracle-null", "refuted"), "kpca-oracle-null"),
                annotate(_record("kpca-oracle", "inconclusive"), "kpca-oracle"),
-               annotate(_record("kpca-oracle-noise-20pct", "refuted"),
-                                 "kpca-oracle-noise-20pct")]
+               annotate(_record("kpca-oracle-noise-100pct", "refuted"),
+                                 "kpca-oracle-noise-100pct")]
     counts = summary(records, [])
     assert counts["records"] == 2
     assert counts["verdicts"] == {"V": {"head": {"refuted": 1, "supported": 1}}}
     assert counts["controls"] == {
         "negative": {"records": 1, "as_expected": 1, "instrument_failures": 0, "no_expectation": 0},
         "positive": {"records": 1, "as_expected": 0, "instrument_failures": 1, "no_expectation": 0},
-        "dose-response": {"records": 1, "as_expected": 0, "instrument_failures": 0,
-                          "no_expectation": 1}}
+        "dose-response": {"records": 1, "as_expected": 1, "instrument_failures": 0,
+                          "no_expectation": 0}}
     table = "\n".join(verdict_table([r for r in records if not controls.is_control(r)]))
     assert "kpca-oracle" not in table and "2 heads: 1 supported, 1 refuted" in table
     lines = control_lines([r for r in records if controls.is_control(r)])
@@ -480,13 +485,36 @@ def test_report_shows_controls_apart_before_the_models_under_test():
     assert "<h2>3. Claim V" in html and "<h2>2. Claim V" in plain
 
 
+def test_every_dose_of_the_ladder_has_an_expectation_that_never_rises_with_the_dose():
+    """Issue 41: each dose states what the calibration of the bars implies (method §12.2), and
+    the allowed verdicts never get better as the dose grows (rank: refuted < inconclusive <
+    partial < supported). Claim J's largest dose alone has none, with its reason: claim J reads
+    the head's output, in which the attention averages the row noise."""
+    from claims import claim_e_controls, claim_j_controls, claim_v_controls
+    from claims import control_vocabulary as vocabulary
+
+    rank = {"refuted": 0, "undetermined": 0, "inconclusive": 1, "partial": 2, "supported": 3}
+    for claim, module, level in (("V", claim_v_controls, "head"), ("E", claim_e_controls, "head"),
+                                 ("J", claim_j_controls, "layer")):
+        table = module.expectations()
+        best = [max((rank[v] for v in table[kind][level][0]), default=None)
+                for kind in ("noise-1pct", *vocabulary.DOSES)]
+        stated = [b for b in best if b is not None]
+        assert stated == sorted(stated, reverse=True), (claim, best)
+        missing = [kind for kind in vocabulary.DOSES if not table[kind][level][0]]
+        assert missing == ([] if claim != "J" else ["noise-100pct"]), (claim, missing)
+        for kind in missing:
+            assert "no expectation" in table[kind][level][1]
+
+
 def test_the_claims_verdict_sets_are_the_controls_own():
     """claims/control_vocabulary.py (the claims' expectations) and fixtures/models/controls.py
     (which labels them and may not import claims) name the same verdict sets."""
     from claims import control_vocabulary as vocabulary
 
-    assert (vocabulary.SUPPORTED, vocabulary.REFUTED, vocabulary.NOT_SUPPORTED) == \
-        (controls.SUPPORTED, controls.REFUTED, controls.NOT_SUPPORTED)
+    assert (vocabulary.SUPPORTED, vocabulary.REFUTED, vocabulary.NOT_SUPPORTED,
+            vocabulary.NOT_REFUTED) == (controls.SUPPORTED, controls.REFUTED,
+                                        controls.NOT_SUPPORTED, controls.NOT_REFUTED)
     assert set(vocabulary.POSITIVE) | {"noise-1pct"} == {
         name for name, (role, _) in controls.LADDER.items() if role == "positive"}
     assert set(vocabulary.DOSES) == {
