@@ -21,10 +21,10 @@ from checks.errors import NonFiniteError, check_finite
 from checks.gram import KeyGram, kpca_values
 from checks.row_similarity import cosine_pair
 from checks.stats import seed_from
-from checks.value_vectors import (DIRECTION_NAMES, _pad_columns, direction_metrics,
-                                  init_twin_directions, random_orthonormal)
+from checks.value_vectors import DIRECTION_NAMES, _pad_columns, direction_metrics, random_orthonormal
 
 from . import verdicts
+from .claim_v_layer import twin_directions
 
 #: The values of the null axis (claims/specifications.toml ``[axes.null]``, method §2.3, §14.2):
 #: the token-shuffled V̂ that the claim tests use, and P2's random-basis V̂₀ = G(I − 11ᵀ/N)A₀.
@@ -227,7 +227,7 @@ def _grid_twin(ctx, combos: list[tuple[bool, str]], out: dict, owner: dict, erro
                convention: str) -> None:
     """The random-init twin's directions (method §2.6) of every (standardise, dtype) of
     ``combos`` that has numbers, added to each of its combinations in ``out`` as the claim's
-    layer does (claims/claim_v_layer.py ``init_twin_directions``); none without a twin."""
+    layer does (claims/claim_v_layer.py ``twin_directions``); none without a twin."""
     twin = ctx.init_twin()
     if twin is None:
         return
@@ -235,15 +235,12 @@ def _grid_twin(ctx, combos: list[tuple[bool, str]], out: dict, owner: dict, erro
         keys = [k for k, o in owner.items() if o == (std, dtype) and k in out]
         if (std, dtype) in errors or not keys:
             continue
-        values: dict = {}
         if twin.run is ctx.run:  # a random-init model is its own twin
             values = {f"{n}_init_twin": out[keys[0]][n].clone() for n in DIRECTION_NAMES}
         else:
             try:
-                for chunk, heads, _q, k, v in twin.groups():
-                    twin.fill(values, chunk, heads, init_twin_directions(
-                        k, v, scale=twin.info["scale"], standardize=std, convention=convention,
-                        dtype=DTYPES[dtype], bar=verdicts.shared_bar()))
+                values = twin_directions(twin, standardize=std, convention=convention,
+                                         dtype=DTYPES[dtype], located=False)
             except NonFiniteError as exc:
                 errors[(std, dtype)] = f"the random-init twin: {exc}"
                 continue

@@ -112,14 +112,26 @@ def init_twin_directions(ctx, out: dict[str, torch.Tensor]) -> dict[str, torch.T
         return {}
     if twin.run is ctx.run:
         return {f"{name}_init_twin": out[name].clone() for name in DIRECTION_NAMES}
+    return twin_directions(twin, standardize=ctx.options.standardize,
+                           convention=ctx.options.convention, dtype=ctx.options.torch_dtype)
+
+
+def twin_directions(twin, *, standardize: bool, convention: str, dtype: torch.dtype,
+                    located: bool = True) -> dict[str, torch.Tensor]:
+    """The directions of every head of the twin ``twin`` (a ``LayerContext.init_twin()``) under
+    these settings, [B, H] per name, as :func:`init_twin_directions` and claim V's grid
+    (claims/claim_v_grid.py) take them. A non-finite intermediate raises the engine's located
+    error, or the NonFiniteError itself with ``located=False`` (the grid's: it makes that
+    combination undetermined)."""
     values: dict[str, torch.Tensor] = {}
     for chunk, heads, _q, k, v in twin.groups():
         try:
             twin.fill(values, chunk, heads, twin_of(
-                k, v, scale=twin.info["scale"], standardize=ctx.options.standardize,
-                convention=ctx.options.convention, dtype=ctx.options.torch_dtype,
-                bar=verdicts.shared_bar()))
+                k, v, scale=twin.info["scale"], standardize=standardize, convention=convention,
+                dtype=dtype, bar=verdicts.shared_bar()))
         except NonFiniteError as exc:
+            if not located:
+                raise
             raise twin.located(exc, chunk, heads) from exc
     return values
 
