@@ -76,13 +76,13 @@ def subspace_measures(centred_gram: torch.Tensor, axes: torch.Tensor,
 def _basis_and_image(centred_gram: torch.Tensor, axes: torch.Tensor,
                      extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Q, an orthonormal basis of span(Â) (Â at peak 1 first), with ``extra``'s direction outside
-    it appended (a zero column where that part is below :data:`EXTRA_FLOOR`·√N), and K̃Q: what
-    ρ and ω start from."""
+    it appended (a zero column where that part is below :data:`EXTRA_FLOOR`·√N; nothing where
+    Q has N columns already, N ≤ the number of axes), and K̃Q: what ρ and ω start from."""
     a = axes.to(torch.float64)
     peak = a.abs().amax(dim=(-2, -1), keepdim=True)
     a = a / torch.where(peak > 0, peak, torch.ones_like(peak))
     q, _ = torch.linalg.qr(a)
-    if extra is not None:
+    if extra is not None and q.shape[-1] < q.shape[-2]:  # a basis of all of ℝ^N holds h already
         q = torch.cat([q, _outside(q, extra.to(torch.float64).unsqueeze(-1))], dim=-1)
     return q, centred_gram.to(torch.float64) @ q
 

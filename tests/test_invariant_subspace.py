@@ -113,6 +113,9 @@ def test_a_value_bias_leaves_rho_and_omega_unchanged_and_h_inside_the_span_adds_
         inside = a @ torch.randn(6, 1, generator=gen, dtype=F64)
         for extra in (inside.squeeze(-1), torch.zeros_like(h)):
             assert torch.allclose(measure(kg.centred, a, extra=extra), plain, rtol=0, atol=1e-12)
+        # as many axes as tokens (N ≤ d): the span is all of ℝ^N, h is in it, nothing is added
+        wide = torch.randn(4, 30, 31, generator=gen, dtype=F64)
+        assert torch.equal(measure(kg.centred, wide, extra=h), measure(kg.centred, wide))
 
 
 def test_v_hat_is_supported_far_above_chance_and_a_true_null_is_refuted_at_chance():
