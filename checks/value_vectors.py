@@ -241,6 +241,13 @@ def _null_operands(k: torch.Tensor, null_perm: torch.Tensor | None,
 #: Claim V by directions (method §2.6): how many directions span(V) shares with span(V̂), and the
 #: share of V̂'s eigenvalue mass they carry.
 DIRECTION_NAMES = ("shared_directions", "top_weighted_share")
+#: Each direction metric's key in :func:`checks.leading_directions.shared_from_bases`'s result.
+_DIRECTION_KEYS = dict(zip(DIRECTION_NAMES, ("count", "weighted")))
+
+
+def _direction_weights(eigenvalues: torch.Tensor, d: int) -> torch.Tensor:
+    """V̂'s eigenvalues [..., ≥ min(N, d)] as the d weights of its (padded) directions."""
+    return _pad_columns(eigenvalues[..., :d].unsqueeze(-2), d).squeeze(-2)
 
 
 def direction_metrics(v: torch.Tensor, v_hat: torch.Tensor, eigenvalues: torch.Tensor, *,
@@ -250,8 +257,7 @@ def direction_metrics(v: torch.Tensor, v_hat: torch.Tensor, eigenvalues: torch.T
     """:data:`DIRECTION_NAMES` of V [..., N, d] against V̂ (padded to d columns) and, as
     ``"<name>_null"``, against the null: ΠV̂ for ``null_perm`` [..., N] (its nested directions
     are Π times V̂'s), else V̂₀ = ``v_null``; V̂'s eigenvalues [..., ≥ min(N, d)] weigh both."""
-    d = v.shape[-1]
-    mu = _pad_columns(eigenvalues[..., :d].unsqueeze(-2), d).squeeze(-2)
+    mu = _direction_weights(eigenvalues, v.shape[-1])
     qx, _ = centred_column_basis(peak_one(v))
     qy, valid = nested_directions(v_hat)
     if null_perm is not None:
@@ -261,7 +267,7 @@ def direction_metrics(v: torch.Tensor, v_hat: torch.Tensor, eigenvalues: torch.T
         null = shared_from_bases(qx, *nested_directions(v_null), mu, bar=bar)
     main = shared_from_bases(qx, qy, valid, mu, bar=bar)
     out = {}
-    for name, key in zip(DIRECTION_NAMES, ("count", "weighted")):
+    for name, key in _DIRECTION_KEYS.items():
         out[name], out[f"{name}_null"] = main[key], null[key]
     return out
 
@@ -275,9 +281,8 @@ def init_twin_directions(k: torch.Tensor, v: torch.Tensor, *, scale: float | Non
     d = k.shape[-1]
     gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype, top=d)
     v_hat = _pad_columns(gram.kpca_values(convention), d)
-    mu = _pad_columns(gram.eigenvalues[..., :d].unsqueeze(-2), d).squeeze(-2)
-    out = shared_directions(v.to(dtype), v_hat, mu, bar=bar)
-    return {f"{name}_init_twin": out[key] for name, key in zip(DIRECTION_NAMES, ("count", "weighted"))}
+    out = shared_directions(v.to(dtype), v_hat, _direction_weights(gram.eigenvalues, d), bar=bar)
+    return {f"{name}_init_twin": out[key] for name, key in _DIRECTION_KEYS.items()}
 
 
 def _twin(k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype,
