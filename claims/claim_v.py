@@ -104,10 +104,9 @@ def head_statistics(model: str, per_layer: dict[int, dict[str, torch.Tensor]],
                    for name in METRICS for n in (name, f"{name}_null")}
     for unit, stats in zip(units, interval_stats(all_metrics, keep, head_seed(model), per_unit=True)):
         result[unit].update(stats)
-    twin_names = [f"{n}{partial.TWIN}" for n in (partial.JUDGED, partial.COUNT)]
-    if all(n in per_layer[l] for l in layers for n in twin_names):
+    if all(partial.has_twin(per_layer[l]) for l in layers):
         stacked = {n: torch.cat([per_layer[l][n][:, heads] for l in layers], dim=1)
-                   for n in (partial.JUDGED, *twin_names)}
+                   for n in (partial.JUDGED, f"{partial.JUDGED}{partial.TWIN}")}
         for unit, test in zip(units, partial.head_tests(stacked, keep,
                                                         seed_from(f"{model}-V-vs-init-twin"))):
             result[unit]["vs_init_twin"] = test
