@@ -487,13 +487,14 @@ def test_report_shows_controls_apart_before_the_models_under_test():
 
 def test_every_dose_of_the_ladder_has_an_expectation_that_never_rises_with_the_dose():
     """Issue 41: each dose states what the calibration of the bars implies (method §12.2), and
-    the allowed verdicts never get better as the dose grows (rank: refuted < inconclusive <
-    partial < supported). Claim J's largest dose alone has none, with its reason: claim J reads
-    the head's output, in which the attention averages the row noise."""
+    the allowed verdicts never get better as the dose grows (the gates' rank,
+    report.baseline_gate.VERDICT_RANK: refuted < inconclusive = undetermined < partial <
+    supported). Claim J's largest dose alone has none, with its reason: claim J reads the head's
+    output, in which the attention averages the row noise."""
     from claims import claim_e_controls, claim_j_controls, claim_v_controls
     from claims import control_vocabulary as vocabulary
+    from report.baseline_gate import VERDICT_RANK as rank
 
-    rank = {"refuted": 0, "undetermined": 0, "inconclusive": 1, "partial": 2, "supported": 3}
     for claim, module, level in (("V", claim_v_controls, "head"), ("E", claim_e_controls, "head"),
                                  ("J", claim_j_controls, "layer")):
         table = module.expectations()
