@@ -95,6 +95,12 @@ def test_capture_records_the_keys_and_values_the_oracle_used():
     k = out["k"].double()  # float32 keys, exactly those the model used
     v_hat = KeyGram(k, scale=loaded.scale, top=oracle.HEAD_DIM).kpca_values("kpca")
     assert torch.allclose(out["v"].double(), v_hat, rtol=1e-6, atol=1e-7 * float(v_hat.abs().max()))
+    # to the bit, layer by layer: the model's V is V̂ of those float32 keys, rounded once. So the
+    # capture's float64 forward keeps the oracle's own rounding of its keys to float32 (the
+    # oracle's family does not ask for wide_forward's rule, under which .float() is float64)
+    for layer in range(2):
+        want = KeyGram(k[layer], scale=loaded.scale, top=oracle.HEAD_DIM).kpca_values("kpca")
+        assert torch.equal(out["v"][layer], want.float()), layer
     assert loaded.scale == oracle.ORACLE_SCALE
 
 

@@ -136,7 +136,7 @@ def test_captured_qkv_reproduce_the_attention_output(pair):
     store: dict = {}
     handles = [adapter.watch(store, a, i, keep_output=True) for i, a in enumerate(attns)]
     try:
-        with torch.no_grad(), float64_forward(captured.model):
+        with torch.no_grad(), float64_forward(captured.model, no_narrowing=True):
             captured.model(**batch, use_cache=False)
     finally:
         for h in handles:
@@ -454,7 +454,7 @@ def test_the_float64_forward_narrows_nothing_and_hands_the_model_back(pair):
     captured, _, config = pair
     model = captured.model
     before = {n: t.detach().clone() for n, t in [*model.named_parameters(), *model.named_buffers()]}
-    with torch.no_grad(), float64_forward(model):
+    with torch.no_grad(), float64_forward(model, no_narrowing=True):
         rotary = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]
         assert rotary, config.model_type
         for m in rotary:

@@ -426,3 +426,33 @@ def test_samples_of_the_shards_are_joined_or_the_merge_is_refused(tmp_path):
     done = _merge(*paths, "-o", str(tmp_path / "m3"))
     assert done.returncode == 4 and "run every shard with --save-samples, or none" in done.stderr
     assert not (tmp_path / "m2").exists() and not (tmp_path / "m3").exists()
+
+
+def test_the_forward_pass_counts_in_a_models_cost():
+    """fixtures/plugin/shard.py: a decoder checked at its last layer pays the forward pass through
+    every layer before it (twice: its random-init twin), which its few heads do not say."""
+    from fixtures.models import catalogue as registry
+    from fixtures.plugin.shard import FORWARD_COST_PER_FLOP, model_cost
+
+    spec = registry.REGISTRY["smollm2-135m-instruct-q4"]
+    gram = model_cost(spec, 2, 9, 100, 128)
+    assert gram == 2 * 9 * 100 * 128 ** 2
+    deep, shallow = (model_cost(spec, 2, 9, 100, 128, forward_layers=f) for f in (30, 1))
+    width = spec.n_heads * spec.head_dim
+    assert deep - gram == int(2 * 100 * 128 * 30 * 24 * width ** 2 * FORWARD_COST_PER_FLOP)
+    assert deep > 4 * gram and (shallow - gram) * 30 == pytest.approx(deep - gram, rel=1e-6)
+
+
+def test_workers_take_the_models_most_expensive_first(pytester, tmp_path):
+    """fixtures/plugin/schedule.py: the claim tests come grouped by model, the costliest model's
+    first (SmolLM2 to layer 29 before MiniLM, though MiniLM has far more tests), each model's
+    tests in their own order; xdist is told to keep that order."""
+    result = _claims(pytester, "--models", "all-MiniLM-L6-v2,smollm2-135m-instruct-q4",
+                     "--out", str(tmp_path / "out"), "--collect-only", "-q", "-n", "0")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    ids = [x for x in result.stdout.str().splitlines() if "::" in x]
+    models = [("smollm2" if "smollm2" in x else "minilm") for x in ids]
+    first_minilm = models.index("minilm")
+    assert models[0] == "smollm2" and "smollm2" not in models[first_minilm:], models
+    files = [x.split("::")[0] for x in ids[:first_minilm]]
+    assert files == sorted(files)  # a model's tests keep the collection's order of the files
