@@ -144,7 +144,7 @@ def _overlap(q: torch.Tensor, image: torch.Tensor, rtol: float | None) -> torch.
     tol = (q.shape[-2] * torch.finfo(torch.float64).eps) if rtol is None else rtol
     m = image.shape[-1]
     q_image, r = torch.linalg.qr(image)
-    full = _full_rank(r, tol)
+    full = full_rank(r, tol)
     omega = ((q.transpose(-1, -2) @ q_image) ** 2).sum(dim=(-2, -1)) / m
     if bool(full.all()):
         return omega
@@ -152,7 +152,7 @@ def _overlap(q: torch.Tensor, image: torch.Tensor, rtol: float | None) -> torch.
     return omega.masked_scatter(part, _overlap_svd(q[part], image[part], tol))
 
 
-def _full_rank(r: torch.Tensor, tol: float) -> torch.Tensor:
+def full_rank(r: torch.Tensor, tol: float) -> torch.Tensor:
     """Whether every singular value of the triangular R [..., m, m] (the image's) exceeds ``tol``
     times the largest, [...]. σ_min/σ_max ≥ 1/(‖R‖_F·‖R⁻¹‖_F), so where that bound clears ``tol``
     by a factor 1000 (room for the round-off of R⁻¹, about m·ε·cond(R) relative, and of the

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from checks.invariant_subspace import full_rank
+
 
 def _centred_peak_one(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(x − mean over tokens)/peak, and the peak [..., 1, 1] (1 where x is constant)."""
@@ -27,6 +29,39 @@ def _centred_peak_one(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     peak = c.abs().amax(dim=(-2, -1), keepdim=True)
     peak = torch.where(peak > 0, peak, torch.ones_like(peak))
     return c / peak, peak
+
+
+def least_squares_fit(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """x·B* with B* = argmin ‖x B − target‖_F, for a batch x [..., N, d] (N ≥ d), target
+    [..., N, k]: the projection of the target on x's columns, those below round-off of the
+    largest (σ ≤ N·ε·σ_max, LAPACK gelsd's default rcond) left out.
+
+    Where x has full rank by that rule, certified from the R of its QR factorisation without an
+    SVD (:func:`checks.invariant_subspace.full_rank`), the projection is Q(Qᵀ target): the least
+    squares fit, 3 to 6 times faster than gelsd on the heads of the default run (measured
+    2026-11-29: 0.24 s against 0.70 s for 1,200 fits of 65 × 32), the two within 3e-14 of each
+    other. The other items (rank-deficient or undecided) take gelsd, as before (on an accelerator
+    the driver's default, which needs full rank).
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(2, 9, 3, generator=g, dtype=torch.float64)
+    >>> x[1, :, 2] = x[1, :, 0] + x[1, :, 1]                # rank 2: gelsd's route
+    >>> t = torch.randn(2, 9, 2, generator=g, dtype=torch.float64)
+    >>> ref = x @ torch.linalg.lstsq(x, t, driver="gelsd").solution
+    >>> bool(torch.allclose(least_squares_fit(x, t), ref, atol=1e-12))
+    True
+    """
+    if x.device.type != "cpu":
+        return x @ torch.linalg.lstsq(x, target).solution
+    q, r = torch.linalg.qr(x)
+    full = full_rank(r, x.shape[-2] * torch.finfo(x.dtype).eps)
+    fit = q @ (q.transpose(-1, -2) @ target)
+    if bool(full.all()):
+        return fit
+    part = ~full
+    rest = x[part]
+    return fit.masked_scatter(part[..., None, None].expand_as(fit),
+                              rest @ torch.linalg.lstsq(rest, target[part], driver="gelsd").solution)
 
 
 def kpca_output_fit(probs: torch.Tensor, v: torch.Tensor, v_hat: torch.Tensor,
@@ -72,9 +107,7 @@ def kpca_output_fit(probs: torch.Tensor, v: torch.Tensor, v_hat: torch.Tensor,
     vs = v.unsqueeze(-3) if v_null is None else torch.stack([v, v_null.to(dtype)], dim=-3)
     hc, _ = _centred_peak_one(probs.unsqueeze(-3) @ vs)  # [..., P, N, d]
     target = hkc.unsqueeze(-3).expand_as(hc)
-    # least squares with rank tolerance (gelsd on the CPU; the GPU's gels needs full rank)
-    driver = "gelsd" if hc.device.type == "cpu" else None
-    fit = hc @ torch.linalg.lstsq(hc, target, driver=driver).solution
+    fit = least_squares_fit(hc, target)
     total = (hkc ** 2).sum(dim=(-2, -1)).unsqueeze(-1)  # [..., 1]
     resid = ((fit - target) ** 2).sum(dim=(-2, -1))  # [..., P]
     r2 = torch.where(total > 0, 1.0 - resid / total.clamp_min(1e-300), torch.zeros_like(resid))

@@ -354,3 +354,22 @@ def test_output_fit_of_one_head_alone_agrees_with_the_same_head_inside_a_batch(n
     for name, value in whole.items():
         torch.testing.assert_close(value, batched[name], rtol=1e-9, atol=1e-12, msg=name)
     assert float(whole["r2"].min()) > 0.0 and float(whole["r2"].max()) < 1.0  # a real fit
+
+
+def test_the_output_fits_least_squares_is_gelsds_on_every_kind_of_item():
+    """checks/output_fit.py ``least_squares_fit``: Q(Qᵀt) where the R of x's QR certifies full
+    rank, gelsd elsewhere; on a batch of full-rank, rank-deficient, ill-conditioned (σ ratio
+    1e-9, still full rank by gelsd's rule) and zero items it equals the fit of gelsd itself."""
+    from checks.output_fit import least_squares_fit
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 2, 40, 8, generator=g, dtype=torch.float64)
+    x[1, 0, :, 3] = 2.0 * x[1, 0, :, 1] - x[1, 0, :, 5]         # rank 7
+    x[2, 1, :, :4] = 0.0                                          # rank 4
+    x[3, 0] = x[3, 0] @ torch.diag(torch.logspace(0, -9, 8, dtype=torch.float64))
+    x[4, 1] = 0.0                                                 # nothing to fit with
+    t = torch.randn(6, 1, 40, 5, generator=g, dtype=torch.float64).expand(6, 2, 40, 5)
+    ref = x @ torch.linalg.lstsq(x, t, driver="gelsd").solution
+    got = least_squares_fit(x, t)
+    assert torch.allclose(got, ref, rtol=0, atol=1e-10 * float(t.abs().max()))
+    assert float(got[4, 1].abs().max()) == 0.0

@@ -192,10 +192,10 @@ def test_both_measures_at_once_are_the_same_bits_as_each_alone():
 
 
 def test_the_images_rank_test_without_an_svd_decides_as_the_svd():
-    """ω's full-rank test (checks.invariant_subspace._full_rank) skips the SVD where
+    """ω's full-rank test (checks.invariant_subspace.full_rank) skips the SVD where
     ‖R‖_F·‖R⁻¹‖_F bounds σ_max/σ_min well below 1/tol: the same decision as the singular values,
     on triangular R with σ_min/σ_max of 1, 1e-10, just above and below tol, and 0."""
-    from checks.invariant_subspace import _full_rank
+    from checks.invariant_subspace import full_rank
 
     g = torch.Generator().manual_seed(5)
     m, tol = 6, 20 * torch.finfo(torch.float64).eps
@@ -205,5 +205,5 @@ def test_the_images_rank_test_without_an_svd_decides_as_the_svd():
     s = torch.tensor([[1.0] * (m - 1) + [r] for r in ratios], dtype=torch.float64)
     r = torch.linalg.qr((u * s.unsqueeze(-2)) @ v.transpose(-1, -2)).R
     sv = torch.linalg.svdvals(r)
-    assert _full_rank(r, tol).tolist() == (sv > tol * sv[..., :1]).all(-1).tolist()
-    assert _full_rank(r, tol).tolist() == [True, True, True, False, False]
+    assert full_rank(r, tol).tolist() == (sv > tol * sv[..., :1]).all(-1).tolist()
+    assert full_rank(r, tol).tolist() == [True, True, True, False, False]
