@@ -28,11 +28,21 @@ from .similarity_scaling import peak_one
 SHARED_BAR = 0.9
 
 
-def nested_directions(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def centred_peak_one(y: torch.Tensor) -> torch.Tensor:
+    """y [..., N, d] at peak 1 with each column centred over the tokens: the matrix whose QR
+    gives :func:`nested_directions` (and whose column space is the subspace overlap's,
+    :func:`checks.matrix_similarity.centred_column_basis` of ``peak_one(y)``)."""
+    yc = peak_one(y)
+    return yc - yc.mean(dim=-2, keepdim=True)
+
+
+def nested_directions(y: torch.Tensor, qr: tuple[torch.Tensor, torch.Tensor] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [..., N, d], valid [..., d]): orthonormal directions of y's columns centred over the
     tokens, in column order, q_m the part of column m not in the span of columns 1..m−1 (QR
     without pivoting); ``valid`` where that part is not round-off (|R_mm| above
-    max(N, d)·ε·max |R_jj|). Columns past N (N < d) are zero and not valid.
+    max(N, d)·ε·max |R_jj|). Columns past N (N < d) are zero and not valid. ``qr``: the
+    ``torch.linalg.qr`` of :func:`centred_peak_one` of y when the caller has it.
 
     >>> y = torch.tensor([[1.0, 1.0], [0.0, 1.0], [-1.0, 1.0], [0.0, 1.0]], dtype=torch.float64)
     >>> q, valid = nested_directions(torch.cat([y, y[:, :1]], -1))  # a repeated column
@@ -40,9 +50,7 @@ def nested_directions(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     [True, False, False]
     """
     n, d = y.shape[-2], y.shape[-1]
-    yc = peak_one(y)
-    yc = yc - yc.mean(dim=-2, keepdim=True)
-    q, r = torch.linalg.qr(yc)
+    q, r = torch.linalg.qr(centred_peak_one(y)) if qr is None else qr
     diag = torch.diagonal(r, dim1=-2, dim2=-1).abs()  # [..., min(N, d)]
     eps = torch.finfo(y.dtype).eps
     valid = diag > max(n, d) * eps * diag.amax(-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from .invariant_subspace import full_rank
 from .similarity_scaling import check_pair, peak_one, tiny
 
 
@@ -60,30 +61,45 @@ def allclose_pair(x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float) ->
     return ok.all(dim=-1).all(dim=-1)
 
 
-def orthonormal_column_basis(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def orthonormal_column_basis(xs: torch.Tensor,
+                             qr: tuple[torch.Tensor, torch.Tensor] | None = None
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """(Q [..., N, k], rank [...]): Q spans the numerical column space of xs (peak 1, see
     :func:`checks.similarity_scaling.peak_one`); columns past the rank are zero.
 
     Rank = number of singular values > max(N, d)·ε·σ_max (NumPy's ``matrix_rank`` rule); a zero
-    matrix has rank 0. For tall x (N ≥ 2d) the singular values come from the small R of x = QR
-    and, when the rank is full, Q itself is the basis; only rank-deficient items take the SVD.
+    matrix has rank 0. For tall x (N ≥ 2d) the singular values are those of the small R of
+    x = QR: where R certifies full rank by that rule without an SVD
+    (:func:`checks.invariant_subspace.full_rank`), Q itself is the basis; the other items take
+    the singular values of R, and the rank-deficient ones the SVD of x. ``qr``: x's
+    ``torch.linalg.qr`` when the caller has it (:func:`checks.leading_directions.nested_directions`
+    factors the same matrix), used only on the tall path.
     """
     n, d = xs.shape[-2], xs.shape[-1]
-    eps = torch.finfo(xs.dtype).eps
+    tol = max(n, d) * torch.finfo(xs.dtype).eps
     if n < 2 * d:
         u, s, _ = torch.linalg.svd(xs, full_matrices=False)
-        keep = s > max(n, d) * eps * s[..., :1]
+        keep = s > tol * s[..., :1]
         return u * keep.to(xs.dtype).unsqueeze(-2), keep.sum(-1)
-    q, r = torch.linalg.qr(xs)
-    s = torch.linalg.svdvals(r)  # the singular values of xs
-    keep = s > max(n, d) * eps * s[..., :1]
-    rank = keep.sum(-1)
-    deficient = rank < d
+    q, r = torch.linalg.qr(xs) if qr is None else qr
+    full = full_rank(r, tol)
+    rank = torch.full(full.shape, d, dtype=torch.int64, device=xs.device)
+    if bool(full.all()):
+        return q, rank
+    batch = full.shape
+    rest = ~full.reshape(-1)
+    s = torch.linalg.svdvals(r.reshape(-1, d, d)[rest])  # those items' singular values of xs
+    keep = s > tol * s[..., :1]
+    rank = rank.reshape(-1)
+    rank[rest] = keep.sum(-1)
+    deficient = keep.sum(-1) < d
     if bool(deficient.any()):
-        u, _, _ = torch.linalg.svd(xs[deficient], full_matrices=False)
-        q = q.clone()
-        q[deficient] = u * keep[deficient].to(xs.dtype).unsqueeze(-2)
-    return q, rank
+        items = torch.nonzero(rest).flatten()[deficient]
+        u, _, _ = torch.linalg.svd(xs.reshape(-1, n, d)[items], full_matrices=False)
+        q = q.reshape(-1, n, d).clone()
+        q[items] = u * keep[deficient].to(xs.dtype).unsqueeze(-2)
+        q = q.reshape(*batch, n, d)
+    return q, rank.reshape(batch)
 
 
 def subspace_overlap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

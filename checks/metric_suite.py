@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 
 from .cka import gram_cka_pair, kernel_cka_operand, linear_cka_operand, linear_cka_pair
-from .matrix_similarity import (allclose_pair, centred_column_basis, overlap_pair,
+from .leading_directions import SHARED_BAR, nested_directions, shared_from_bases
+from .matrix_similarity import (allclose_pair, orthonormal_column_basis, overlap_pair,
                                 relative_frobenius_pair)
 from .row_similarity import cosine_pair, direct_pair, pearson_operand
 from .similarity_scaling import check_pair, peak_one, unit_rows
@@ -16,10 +17,14 @@ from .similarity_scaling import check_pair, peak_one, unit_rows
 
 SUITE_NAMES = ("direct_cosine", "linear_cka", "kernel_cka", "relative_frobenius", "pearson",
                "allclose", "subspace_overlap")
+#: The direction metrics (method §2.6) the suite adds when given the targets' weights, and
+#: their keys in :func:`checks.leading_directions.shared_from_bases`'s result.
+DIRECTION_KEYS = {"shared_directions": "count", "top_weighted_share": "weighted"}
 
 
-def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
-                 rtol: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float, rtol: float,
+                 weights: torch.Tensor | None = None,
+                 bar: float = SHARED_BAR) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Every metric of x against each of several targets, with x's side computed once.
 
     Parameters
@@ -31,12 +36,18 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
     atol, rtol : float
         Tolerances of :func:`checks.matrix_similarity.allclose` (no default:
         ``[claim_v.allclose]`` of the thresholds file).
+    weights : Tensor [..., d], optional
+        V̂'s eigenvalues, the weights of every target's directions: adds the direction metrics
+        of :data:`DIRECTION_KEYS` (:func:`checks.leading_directions.shared_directions` of x
+        against each target, ``bar`` its shared bar), with each target's nested directions
+        taken from the QR factorisation its column basis makes anyway.
 
     Returns
     -------
     (metrics, cos)
-        ``metrics``: each name of :data:`SUITE_NAMES` → Tensor [T, ...], equal to the metric
-        function of that name applied to (x, ys[t]) (``allclose`` as bool). ``cos``: the cosine
+        ``metrics``: each name of :data:`SUITE_NAMES` (and, with ``weights``, of
+        :data:`DIRECTION_KEYS`) → Tensor [T, ...], equal to the metric function of that name
+        applied to (x, ys[t]) (``allclose`` as bool). ``cos``: the cosine
         matrices [T, ..., N, N] of :func:`checks.row_similarity.cosine_matrix`;
         :func:`checks.row_similarity.matched_cosine` turns them into the optimal cosine, left to
         the caller so the Hungarian step can run apart.
@@ -52,12 +63,28 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float,
     if not isinstance(ys, torch.Tensor) or ys.ndim != x.ndim + 1:
         raise ValueError("ys must stack the targets along a new leading axis: [T, ..., N, d]")
     check_pair(x.expand_as(ys), ys)  # shapes, dtypes and finiteness of both, once
-    ox, oy = leading(operands(x)), operands(ys)
-    return pair_metrics(ox, oy, atol=atol, rtol=rtol), cosine_pair(ox["unit"], oy["unit"])
+    ox, oy = leading(operands(x)), operands(ys, nested=weights is not None)
+    return _with_directions(pair_metrics(ox, oy, atol=atol, rtol=rtol), ox, oy, weights, bar), \
+        cosine_pair(ox["unit"], oy["unit"])
+
+
+def _with_directions(metrics: dict, ox: dict, oy: dict, weights: torch.Tensor | None,
+                     bar: float) -> dict:
+    """``metrics`` with the direction metrics of x against each target added when ``weights``
+    are given (one :func:`shared_from_bases` per target, each on that target's own tensors)."""
+    if weights is None:
+        return metrics
+    qx = ox["basis"][0][0]
+    q, valid = oy["nested"]
+    per = [shared_from_bases(qx, q[t], valid[t], weights, bar=bar) for t in range(q.shape[0])]
+    metrics.update({name: torch.stack([p[key] for p in per])
+                    for name, key in DIRECTION_KEYS.items()})
+    return metrics
 
 
 def metric_suite_shuffled(x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor, *, atol: float,
-                          rtol: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+                          rtol: float, weights: torch.Tensor | None = None,
+                          bar: float = SHARED_BAR) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """:func:`metric_suite` of x against the two targets y and Πy (y's tokens in the order
     ``perm`` [..., N]: the token-shuffled null of method §2.3), with y's operands computed once
     and the null's taken from them by :func:`permuted` (a gather, where a second set of operands
@@ -77,9 +104,10 @@ def metric_suite_shuffled(x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor, 
         raise ValueError(f"perm must hold one permutation of the N tokens per item, shape "
                          f"{tuple(y.shape[:-1])}, got {tuple(perm.shape)}")
     check_pair(x, y)  # shapes, dtypes and finiteness of both, once (Πy has y's entries)
-    ox, oy = leading(operands(x)), operands(y)
+    ox, oy = leading(operands(x)), operands(y, nested=weights is not None)
     targets = stacked([oy, permuted(oy, perm)])
-    return pair_metrics(ox, targets, atol=atol, rtol=rtol), cosine_pair(ox["unit"], targets["unit"])
+    return (_with_directions(pair_metrics(ox, targets, atol=atol, rtol=rtol), ox, targets, weights,
+                             bar), cosine_pair(ox["unit"], targets["unit"]))
 
 
 def stacked(ops: list[dict]) -> dict:
@@ -93,15 +121,22 @@ def stacked(ops: list[dict]) -> dict:
     return {name: stack([op[name] for op in ops]) for name in ops[0]}
 
 
-def operands(x: torch.Tensor) -> dict:
+def operands(x: torch.Tensor, nested: bool = False) -> dict:
     """Each metric's own side of :func:`metric_suite` for x [..., N, d] (a stack of targets
     too): the raw matrix (entrywise metrics), unit rows (cosines), the linear and kernel CKA
-    operands, the Pearson operand and the centred orthonormal column basis, all of x at peak 1. No input
+    operands, the Pearson operand and the centred orthonormal column basis, all of x at peak 1;
+    with ``nested``, x's nested directions too (:func:`checks.leading_directions.nested_directions`),
+    from the same QR factorisation as the basis (one QR of the centred x for both). No input
     checks: :func:`metric_suite` and its callers check x once."""
     xs = peak_one(x)
-    return {"raw": x, "unit": unit_rows(xs), "linear": linear_cka_operand(xs),
-            "kernel": kernel_cka_operand(xs), "pearson": pearson_operand(xs),
-            "basis": centred_column_basis(xs)}
+    ops = {"raw": x, "unit": unit_rows(xs), "linear": linear_cka_operand(xs),
+           "kernel": kernel_cka_operand(xs), "pearson": pearson_operand(xs)}
+    centred = xs - xs.mean(dim=-2, keepdim=True)  # = centred_peak_one(x), the same operations
+    factors = torch.linalg.qr(centred) if nested else None
+    ops["basis"] = orthonormal_column_basis(centred, qr=factors)
+    if nested:
+        ops["nested"] = nested_directions(x, qr=factors)
+    return ops
 
 
 def leading(ops: dict) -> dict:
@@ -120,9 +155,12 @@ def permuted(ops: dict, perm: torch.Tensor) -> dict:
         return t.gather(-2, perm.unsqueeze(-1).expand(*perm.shape, t.shape[-1]))
 
     (xc, self_x), (q, rank) = ops["linear"], ops["basis"]
-    return {"raw": rows(ops["raw"]), "unit": rows(ops["unit"]), "linear": (rows(xc), self_x),
-            "kernel": rows(rows(ops["kernel"]).transpose(-1, -2)).transpose(-1, -2),
-            "pearson": rows(ops["pearson"]), "basis": (rows(q), rank)}
+    out = {"raw": rows(ops["raw"]), "unit": rows(ops["unit"]), "linear": (rows(xc), self_x),
+           "kernel": rows(rows(ops["kernel"]).transpose(-1, -2)).transpose(-1, -2),
+           "pearson": rows(ops["pearson"]), "basis": (rows(q), rank)}
+    if "nested" in ops:  # Π times x's nested directions, the same validity
+        out["nested"] = (rows(ops["nested"][0]), ops["nested"][1])
+    return out
 
 
 def pair_metrics(ox: dict, oy: dict, *, atol: float, rtol: float) -> dict[str, torch.Tensor]:

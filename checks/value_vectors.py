@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .metric_suite import metric_suite, metric_suite_shuffled
+from .metric_suite import DIRECTION_KEYS, metric_suite, metric_suite_shuffled
 from .row_similarity import matched_cosine, matched_cosine_twin
 from .degenerate import effective_rows
 from .errors import check_finite
@@ -178,19 +178,19 @@ def value_vector_metrics_batched(
     v_hat = _pad_columns(gram.kpca_values(convention), d)  # method §1, P1 Eq. 6: V̂ = G(I − 11ᵀ/N)A
 
     null_perm, a0 = _null_operands(k, null_perm, null_axes, null_seed, dtype)
-    v_null = None
+    # the direction metrics (method §2.6) come with the suite, from the QR its bases make
+    shared = {"weights": direction_weights(gram.eigenvalues, d) if directions else None,
+              "bar": shared_bar}
     if null_perm is not None:  # ΠV̂'s operands are V̂'s with the tokens permuted
-        metrics, cos = metric_suite_shuffled(v, v_hat, null_perm, atol=atol, rtol=rtol)
+        metrics, cos = metric_suite_shuffled(v, v_hat, null_perm, atol=atol, rtol=rtol, **shared)
     else:
         v_null = _pad_columns(kpca_values(a0, gram.log_g), d)  # V̂₀ = G(I − 11ᵀ/N)A₀
-        metrics, cos = metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol)
+        metrics, cos = metric_suite(v, torch.stack([v_hat, v_null]), atol=atol, rtol=rtol,
+                                    **shared)
     out = {}
     for name, both in metrics.items():
         both = both.to(v.dtype) if name == "allclose" else both
         out[name], out[f"{name}_null"] = both[0], both[1]
-    if directions:
-        out.update(direction_metrics(v, v_hat, gram.eigenvalues, null_perm=null_perm,
-                                     v_null=v_null, bar=shared_bar))
     if defer_matching:
         out["cosine_matrices"] = cos.to("cpu")
     else:
@@ -241,12 +241,12 @@ def _null_operands(k: torch.Tensor, null_perm: torch.Tensor | None,
 
 #: Claim V by directions (method §2.6): how many directions span(V) shares with span(V̂), and the
 #: share of V̂'s eigenvalue mass they carry.
-DIRECTION_NAMES = ("shared_directions", "top_weighted_share")
+DIRECTION_NAMES = tuple(DIRECTION_KEYS)
 #: Each direction metric's key in :func:`checks.leading_directions.shared_from_bases`'s result.
-_DIRECTION_KEYS = dict(zip(DIRECTION_NAMES, ("count", "weighted")))
+_DIRECTION_KEYS = DIRECTION_KEYS
 
 
-def _direction_weights(eigenvalues: torch.Tensor, d: int) -> torch.Tensor:
+def direction_weights(eigenvalues: torch.Tensor, d: int) -> torch.Tensor:
     """V̂'s eigenvalues [..., ≥ min(N, d)] as the d weights of its (padded) directions."""
     return _pad_columns(eigenvalues[..., :d].unsqueeze(-2), d).squeeze(-2)
 
@@ -257,19 +257,34 @@ def direction_metrics(v: torch.Tensor, v_hat: torch.Tensor, eigenvalues: torch.T
                       bar: float = SHARED_BAR) -> dict[str, torch.Tensor]:
     """:data:`DIRECTION_NAMES` of V [..., N, d] against V̂ (padded to d columns) and, as
     ``"<name>_null"``, against the null: ΠV̂ for ``null_perm`` [..., N] (its nested directions
-    are Π times V̂'s), else V̂₀ = ``v_null``; V̂'s eigenvalues [..., ≥ min(N, d)] weigh both."""
-    mu = _direction_weights(eigenvalues, v.shape[-1])
+    are Π times V̂'s), else V̂₀ = ``v_null``; V̂'s eigenvalues [..., ≥ min(N, d)] weigh both.
+    :func:`value_vector_metrics_batched` gets the same numbers from its metric suite's bases."""
     qx, _ = centred_column_basis(peak_one(v))
-    qy, valid = nested_directions(v_hat)
-    if null_perm is not None:
-        q_null = qy.gather(-2, null_perm.unsqueeze(-1).expand_as(qy))
-        null = shared_from_bases(qx, q_null, valid, mu, bar=bar)
-    else:
-        null = shared_from_bases(qx, *nested_directions(v_null), mu, bar=bar)
-    main = shared_from_bases(qx, qy, valid, mu, bar=bar)
+    nested = nested_directions(v_hat)
+    null = shuffled_directions(nested, null_perm) if null_perm is not None else \
+        nested_directions(v_null)
+    return directions_from_bases(qx, nested, null, direction_weights(eigenvalues, v.shape[-1]),
+                                 bar)
+
+
+def shuffled_directions(nested: tuple[torch.Tensor, torch.Tensor],
+                        perm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ΠV̂'s nested directions from V̂'s (:func:`checks.leading_directions.nested_directions`):
+    the same directions with the tokens in the order ``perm`` [..., N], the same validity."""
+    q, valid = nested
+    return q.gather(-2, perm.unsqueeze(-1).expand_as(q)), valid
+
+
+def directions_from_bases(qx: torch.Tensor, nested: tuple[torch.Tensor, torch.Tensor],
+                          null: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor,
+                          bar: float) -> dict[str, torch.Tensor]:
+    """:data:`DIRECTION_NAMES` and their ``"_null"`` from V's centred basis ``qx`` and the
+    nested directions of V̂ and of the null, (q, valid) each, weighed by V̂'s ``weights`` [..., d]."""
+    main = shared_from_bases(qx, *nested, weights, bar=bar)
+    other = shared_from_bases(qx, *null, weights, bar=bar)
     out = {}
     for name, key in _DIRECTION_KEYS.items():
-        out[name], out[f"{name}_null"] = main[key], null[key]
+        out[name], out[f"{name}_null"] = main[key], other[key]
     return out
 
 
@@ -282,7 +297,7 @@ def init_twin_directions(k: torch.Tensor, v: torch.Tensor, *, scale: float | Non
     d = k.shape[-1]
     gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype, top=d)
     v_hat = _pad_columns(gram.kpca_values(convention), d)
-    out = shared_directions(v.to(dtype), v_hat, _direction_weights(gram.eigenvalues, d), bar=bar)
+    out = shared_directions(v.to(dtype), v_hat, direction_weights(gram.eigenvalues, d), bar=bar)
     return {f"{name}_init_twin": out[key] for name, key in _DIRECTION_KEYS.items()}
 
 

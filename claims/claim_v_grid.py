@@ -21,7 +21,8 @@ from checks.errors import NonFiniteError, check_finite
 from checks.gram import KeyGram, kpca_values
 from checks.row_similarity import cosine_pair
 from checks.stats import seed_from
-from checks.value_vectors import DIRECTION_NAMES, _pad_columns, direction_metrics, random_orthonormal
+from checks.value_vectors import (DIRECTION_NAMES, direction_weights, _pad_columns,
+                                  directions_from_bases, random_orthonormal, shuffled_directions)
 
 from . import verdicts
 from .claim_v_layer import twin_directions
@@ -108,6 +109,20 @@ def _v_batches(ctx):
         yield chunk, heads, k, v, perm, a0
 
 
+def _directions(ox: dict, oy: dict, gram: KeyGram, perm: torch.Tensor, own: int) -> dict:
+    """Method §2.6's direction metrics of V against the run's V̂ (target ``own``: its axis
+    convention), with the token-shuffled ΠV̂ and P2's V̂₀ as nulls, from the bases the suite's
+    operands made (V's centred basis, the targets' nested directions): {null: metrics}."""
+    qx = ox["basis"][0][0]
+    q, valid = oy["nested"]
+    nested = (q[own], valid[own])
+    weights = direction_weights(gram.eigenvalues, qx.shape[-1])
+    bar = verdicts.shared_bar()
+    return {"token-shuffled": directions_from_bases(qx, nested, shuffled_directions(nested, perm),
+                                                    weights, bar),
+            "random-basis": directions_from_bases(qx, nested, (q[2], valid[2]), weights, bar)}
+
+
 def _suite(ox: dict, oy: dict, perm: torch.Tensor, tol: dict) -> dict:
     """The suite's metrics of V's operands ``ox`` against the operands ``oy`` of the three
     targets, [5, b, h] each: V̂ (p2, kpca), ΠV̂ (p2, kpca; V̂'s operands with the tokens
@@ -173,14 +188,9 @@ def v_grid_layer(ctx, combos: list[tuple[bool, str]], v_hat_out: dict | None = N
                 if v_hat_out is not None:  # finite: claim J's V̂ of this combination
                     v_hat_out(ctx.batch_key(chunk, heads),
                               {(std, dtype): targets[TARGETS.index(convention)].clone()})
-                ox, oy = v_side[dtype], metric_suite.operands(targets)
+                ox, oy = v_side[dtype], metric_suite.operands(targets, nested=True)
                 suite = _suite(ox, oy, perm, tol)
-                own = targets[TARGETS.index(convention)]  # the run's V̂: method §2.6's numbers
-                bar = verdicts.shared_bar()
-                dirs = {"token-shuffled": direction_metrics(vv, own, gram.eigenvalues,
-                                                            null_perm=perm, bar=bar),
-                        "random-basis": direction_metrics(vv, own, gram.eigenvalues,
-                                                          v_null=targets[2], bar=bar)}
+                dirs = _directions(ox, oy, gram, perm, TARGETS.index(convention))
                 cos = cosine_pair(ox["unit"], oy["unit"])  # [3, b, h, n, n]: TARGETS
                 common = {"undetermined": gram.undetermined,
                           "mu_d": (gram.eigenvalues[..., d - 1] if d <= n else

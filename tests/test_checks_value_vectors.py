@@ -13,10 +13,11 @@ import torch
 
 from checks import cka, matrix_similarity, metric_suite, row_similarity, similarity_scaling
 from checks.assignment import optimal_matching
-from checks.gram import KeyGram, fix_signs
+from checks.gram import KeyGram, fix_signs, kpca_values
 from checks.value_vectors import (
     DIRECTION_NAMES,
     METRIC_NAMES,
+    direction_metrics,
     random_orthonormal,
     value_vector_metrics,
     value_vector_metrics_batched,
@@ -495,6 +496,46 @@ def test_tall_rank_deficient_basis_matches_the_svd_rule():
     # the overlap of the deficient matrix with the space of its first 3 columns is exactly 1
     assert float(matrix_similarity.subspace_overlap(deficient[0], a[0].expand(30, 3).repeat(1, 2))) == \
         pytest.approx(1.0, abs=1e-12)
+
+
+def test_certified_rank_agrees_with_the_singular_values_of_r():
+    """The tall path certifies full rank from R without an SVD where it can; on a mix of
+    well-conditioned, graded, nearly deficient (σ_min/σ_max 1.4e-14, just above the rule's
+    max(N, d)·ε = 8.9e-15: decided by R's singular values) and deficient items its ranks are
+    those of NumPy's matrix_rank rule on R's singular values."""
+    g = gen(31)
+    base = torch.randn(7, 40, 6, generator=g, dtype=F64)
+    scales = torch.tensor([1.0, 1e-3, 1e-8, 1e-13, 3e-14, 1e-15, 0.0], dtype=F64)
+    x = base.clone()
+    x[:, :, -1] = base[:, :, 0] + scales[:, None] * base[:, :, -1]  # last column: near copy
+    xs = similarity_scaling.peak_one(x)
+    q, rank = matrix_similarity.orthonormal_column_basis(xs)
+    s = torch.linalg.svdvals(torch.linalg.qr(xs).R)
+    want = (s > 40 * torch.finfo(F64).eps * s[..., :1]).sum(-1)
+    assert rank.tolist() == want.tolist() == [6, 6, 6, 6, 6, 5, 5]
+
+
+@pytest.mark.parametrize("null", ["token-shuffled", "random-basis"])
+@pytest.mark.parametrize("n", [40, 12])  # N ≥ 2d: one QR for basis and directions; N < 2d: SVD
+def test_suite_direction_metrics_equal_their_own_route_to_the_bit(null, n):
+    """The direction metrics come from the metric suite's bases (one QR of V̂ for its column
+    basis and its nested directions); :func:`direction_metrics` factorises each matrix itself.
+    Same operations on the same inputs: the same bits, with and without the round-off twin."""
+    k = torch.randn(2, 3, n, 8, generator=gen(32), dtype=F64)
+    v = torch.randn(2, 3, n, 8, generator=gen(33), dtype=F64)
+    v[0, 0, :, 1] = v[0, 0, :, 0]  # a rank-deficient V
+    perm = torch.stack([torch.randperm(n, generator=gen(34 + i)) for i in range(6)]).reshape(2, 3, n)
+    kw = {"null_perm": perm} if null == "token-shuffled" else {"null_seed": 5}
+    out = value_vector_metrics_batched(k, v, directions=True, round_off=True, **kw, **TOL)
+    gram = KeyGram(k, top=8)
+    v_hat = gram.kpca_values()
+    other = {"null_perm": perm} if null == "token-shuffled" else {
+        "v_null": kpca_values(random_orthonormal(n, 8, 5, (2, 3)), gram.log_g)}
+    alone = direction_metrics(v, v_hat, gram.eigenvalues, **other)
+    assert set(alone) == {f"{m}{s}" for m in DIRECTION_NAMES for s in ("", "_null")}
+    for name, value in alone.items():
+        assert torch.equal(out[name], value), name
+        assert f"twin_{name}" in out
 
 
 def test_deferred_matching_gives_the_same_metrics():
