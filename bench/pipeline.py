@@ -38,7 +38,7 @@ LADDER = "controls"
 
 LOAD, INPUTS, CAPTURE, IO = ("load model", "inputs & prepare (rest)",
                              "capture (forward passes, layer files)", "layer I/O & metrics cache")
-EIGEN, GRAM, BASES = "eigendecompositions", "Gram matrices & threshold", "column bases (QR + svdvals)"
+EIGEN, GRAM, BASES = "eigendecompositions", "Gram matrices & threshold", "column bases (QR, rank)"
 V_METRICS, V_TWIN, V_MATCH, V_P2 = ("V metrics (similarity suite, null)", "V round-off twin",
                                    "V Hungarian assignment", "V p2-code variant")
 J_TERMS, J_FIT, J_TREND = "J terms (φ, h)", "J output fit", "J trend checkpoints"

@@ -232,7 +232,7 @@ PIPELINE_END = "<!-- pipeline-table:end -->"
 #: start last. Labels ending in `` (V)`` etc. are shared kernels, by the claim they ran for.
 PIPELINE_ORDER = ("load model", "inputs & prepare", "capture", "layer I/O", "claim V per-layer",
                   "Gram matrices & threshold (V)", "eigendecompositions (V)",
-                  "column bases (QR + svdvals) (V)", "V ", "claim J per-layer", "J ",
+                  "column bases (QR, rank) (V)", "V ", "claim J per-layer", "J ",
                   "Gram matrices & threshold (J)", "eigendecompositions (J)",
                   "claim E per-layer", "Gram matrices & threshold (E)", "eigendecompositions (E)",
                   "E ", "statistics", "records", "results.json", "pytest",

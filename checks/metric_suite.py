@@ -64,19 +64,22 @@ def metric_suite(x: torch.Tensor, ys: torch.Tensor, *, atol: float, rtol: float,
         raise ValueError("ys must stack the targets along a new leading axis: [T, ..., N, d]")
     check_pair(x.expand_as(ys), ys)  # shapes, dtypes and finiteness of both, once
     ox, oy = leading(operands(x)), operands(ys, nested=weights is not None)
-    return _with_directions(pair_metrics(ox, oy, atol=atol, rtol=rtol), ox, oy, weights, bar), \
+    nested = [tuple(part[t] for part in oy["nested"]) for t in range(ys.shape[0])] \
+        if weights is not None else []
+    return _with_directions(pair_metrics(ox, oy, atol=atol, rtol=rtol), ox, nested, weights, bar), \
         cosine_pair(ox["unit"], oy["unit"])
 
 
-def _with_directions(metrics: dict, ox: dict, oy: dict, weights: torch.Tensor | None,
-                     bar: float) -> dict:
+def _with_directions(metrics: dict, ox: dict, nested: list[tuple[torch.Tensor, torch.Tensor]],
+                     weights: torch.Tensor | None, bar: float) -> dict:
     """``metrics`` with the direction metrics of x against each target added when ``weights``
-    are given (one :func:`shared_from_bases` per target, each on that target's own tensors)."""
+    are given: one :func:`shared_from_bases` per target's nested directions (q, valid), each
+    as its factorisation (or the permutation of V̂'s) laid it out: never a stacked copy, whose
+    other memory layout can move a product by an ulp."""
     if weights is None:
         return metrics
     qx = ox["basis"][0][0]
-    q, valid = oy["nested"]
-    per = [shared_from_bases(qx, q[t], valid[t], weights, bar=bar) for t in range(q.shape[0])]
+    per = [shared_from_bases(qx, q, valid, weights, bar=bar) for q, valid in nested]
     metrics.update({name: torch.stack([p[key] for p in per])
                     for name, key in DIRECTION_KEYS.items()})
     return metrics
@@ -105,8 +108,10 @@ def metric_suite_shuffled(x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor, 
                          f"{tuple(y.shape[:-1])}, got {tuple(perm.shape)}")
     check_pair(x, y)  # shapes, dtypes and finiteness of both, once (Πy has y's entries)
     ox, oy = leading(operands(x)), operands(y, nested=weights is not None)
-    targets = stacked([oy, permuted(oy, perm)])
-    return (_with_directions(pair_metrics(ox, targets, atol=atol, rtol=rtol), ox, targets, weights,
+    shuffled = permuted(oy, perm)
+    nested = [ops.pop("nested") for ops in (oy, shuffled) if "nested" in ops]
+    targets = stacked([oy, shuffled])
+    return (_with_directions(pair_metrics(ox, targets, atol=atol, rtol=rtol), ox, nested, weights,
                              bar), cosine_pair(ox["unit"], targets["unit"]))
 
 
