@@ -173,11 +173,13 @@ def render_report(results: dict, *, method_url: str | None = None, out_path=None
     return _environment().get_template("report.html.j2").render(**context)
 
 
-def write_report(results_path, out_path) -> Path:
+def write_report(results_path, out_path, schema_checked: bool = False) -> Path:
     """Render ``results_path`` (a results.json) to ``out_path`` atomically; return ``out_path``.
 
     The HTML is written to a temporary file in the target folder and moved into place with
-    ``os.replace``, so a reader never sees a half-written report.
+    ``os.replace``, so a reader never sees a half-written report. ``schema_checked``: the caller
+    wrote this file from content it has just validated against the schema (the run itself), so
+    that check is not made twice (:func:`report.results_file.load_results`).
 
     Raises
     ------
@@ -185,5 +187,5 @@ def write_report(results_path, out_path) -> Path:
         When the results file is missing, unreadable, not JSON, or not in the results schema;
         the message names the file, and nothing is written.
     """
-    results = load_results(results_path)
+    results = load_results(results_path, schema=not schema_checked)
     return atomic_write_text(out_path, render_report(results, out_path=out_path))

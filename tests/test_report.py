@@ -611,3 +611,27 @@ def test_drilldown_notebook_runs_under_papermill(tmp_path, python3_kernel):
 
 def example_hash(model: str) -> str:
     return json.loads(EXAMPLE.read_text())["models"][model]["checkpoint_hash"]
+
+
+def test_the_schema_check_is_skipped_only_for_a_file_its_writer_checked(example, tmp_path,
+                                                                      monkeypatch):
+    """The run checks its own results.json against the schema before writing it and renders its
+    page with ``schema_checked``: that page is made without a second schema check (4.7 s for
+    command 1's results), while every other caller's file is checked, and the semantic checks of
+    validate_results run either way."""
+    from report import validate
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(example))
+    calls = []
+    real = validate.check
+    monkeypatch.setattr(validate, "check", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    write_report(path, tmp_path / "a.html", schema_checked=True)
+    assert calls == []
+    write_report(path, tmp_path / "b.html")
+    assert len(calls) == 1 and str(path) in calls[0]
+    bad = copy.deepcopy(example)
+    bad["records"][3].update(verdict="passed")
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="verdict 'passed' is not one of"):
+        write_report(path, tmp_path / "c.html", schema_checked=True)
