@@ -69,9 +69,9 @@ def orthonormal_column_basis(xs: torch.Tensor,
 
     Rank = number of singular values > max(N, d)·ε·σ_max (NumPy's ``matrix_rank`` rule); a zero
     matrix has rank 0. For tall x (N ≥ 2d) the singular values are those of the small R of
-    x = QR: where R certifies full rank by that rule without an SVD
-    (:func:`checks.invariant_subspace.full_rank`), Q itself is the basis; the other items take
-    the singular values of R, and the rank-deficient ones the SVD of x. ``qr``: x's
+    x = QR: where R certifies full rank by that rule for every item without an SVD
+    (:func:`checks.invariant_subspace.full_rank`), Q itself is the basis; another batch takes
+    the singular values of R, and its rank-deficient items the SVD of x. ``qr``: x's
     ``torch.linalg.qr`` when the caller has it (:func:`checks.leading_directions.nested_directions`
     factors the same matrix), used only on the tall path.
     """
@@ -82,24 +82,17 @@ def orthonormal_column_basis(xs: torch.Tensor,
         keep = s > tol * s[..., :1]
         return u * keep.to(xs.dtype).unsqueeze(-2), keep.sum(-1)
     q, r = torch.linalg.qr(xs) if qr is None else qr
-    full = full_rank(r, tol)
-    rank = torch.full(full.shape, d, dtype=torch.int64, device=xs.device)
-    if bool(full.all()):
-        return q, rank
-    batch = full.shape
-    rest = ~full.reshape(-1)
-    s = torch.linalg.svdvals(r.reshape(-1, d, d)[rest])  # those items' singular values of xs
+    if bool(full_rank(r, tol).all()):  # the usual batch: no singular value is needed
+        return q, torch.full(r.shape[:-2], d, dtype=torch.int64, device=xs.device)
+    s = torch.linalg.svdvals(r)  # the singular values of xs
     keep = s > tol * s[..., :1]
-    rank = rank.reshape(-1)
-    rank[rest] = keep.sum(-1)
-    deficient = keep.sum(-1) < d
+    rank = keep.sum(-1)
+    deficient = rank < d
     if bool(deficient.any()):
-        items = torch.nonzero(rest).flatten()[deficient]
-        u, _, _ = torch.linalg.svd(xs.reshape(-1, n, d)[items], full_matrices=False)
-        q = q.reshape(-1, n, d).clone()
-        q[items] = u * keep[deficient].to(xs.dtype).unsqueeze(-2)
-        q = q.reshape(*batch, n, d)
-    return q, rank.reshape(batch)
+        u, _, _ = torch.linalg.svd(xs[deficient], full_matrices=False)
+        q = q.clone()
+        q[deficient] = u * keep[deficient].to(xs.dtype).unsqueeze(-2)
+    return q, rank
 
 
 def subspace_overlap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
