@@ -60,6 +60,14 @@ def nested_directions(y: torch.Tensor, qr: tuple[torch.Tensor, torch.Tensor] | N
     return q * valid.to(q.dtype).unsqueeze(-2), valid
 
 
+def shuffled_directions(nested: tuple[torch.Tensor, torch.Tensor],
+                        perm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ΠY's nested directions from Y's (:func:`nested_directions`): the same directions with the
+    tokens in the order ``perm`` [..., N], the same validity (claim V's token-shuffled null ΠV̂)."""
+    q, valid = nested
+    return q.gather(-2, perm.unsqueeze(-1).expand_as(q)), valid
+
+
 def leading_capture(x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor, *,
                     bar: float = SHARED_BAR) -> dict[str, torch.Tensor]:
     """How much of each of y's directions (V̂'s, in eigenvalue order) the span of x (V) holds.

@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 
 from .cka import gram_cka_pair, kernel_cka_operand, linear_cka_operand, linear_cka_pair
-from .leading_directions import SHARED_BAR, nested_directions, shared_from_bases
+from .leading_directions import (SHARED_BAR, nested_directions, shared_from_bases,
+                                 shuffled_directions)
 from .matrix_similarity import (allclose_pair, orthonormal_column_basis, overlap_pair,
                                 relative_frobenius_pair)
 from .row_similarity import cosine_pair, direct_pair, pearson_operand
@@ -163,8 +164,8 @@ def permuted(ops: dict, perm: torch.Tensor) -> dict:
     out = {"raw": rows(ops["raw"]), "unit": rows(ops["unit"]), "linear": (rows(xc), self_x),
            "kernel": rows(rows(ops["kernel"]).transpose(-1, -2)).transpose(-1, -2),
            "pearson": rows(ops["pearson"]), "basis": (rows(q), rank)}
-    if "nested" in ops:  # Π times x's nested directions, the same validity
-        out["nested"] = (rows(ops["nested"][0]), ops["nested"][1])
+    if "nested" in ops:
+        out["nested"] = shuffled_directions(ops["nested"], perm)
     return out
 
 

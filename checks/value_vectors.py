@@ -15,7 +15,7 @@ from .row_similarity import matched_cosine, matched_cosine_twin
 from .degenerate import effective_rows
 from .errors import check_finite
 from .leading_directions import (SHARED_BAR, nested_directions, shared_directions,
-                                 shared_from_bases)
+                                 shared_from_bases, shuffled_directions)
 from .matrix_similarity import centred_column_basis
 from .similarity_scaling import peak_one
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs, kpca_values
@@ -240,10 +240,8 @@ def _null_operands(k: torch.Tensor, null_perm: torch.Tensor | None,
 
 
 #: Claim V by directions (method §2.6): how many directions span(V) shares with span(V̂), and the
-#: share of V̂'s eigenvalue mass they carry.
+#: share of V̂'s eigenvalue mass they carry (each one's key in :data:`DIRECTION_KEYS`).
 DIRECTION_NAMES = tuple(DIRECTION_KEYS)
-#: Each direction metric's key in :func:`checks.leading_directions.shared_from_bases`'s result.
-_DIRECTION_KEYS = DIRECTION_KEYS
 
 
 def direction_weights(eigenvalues: torch.Tensor, d: int) -> torch.Tensor:
@@ -267,14 +265,6 @@ def direction_metrics(v: torch.Tensor, v_hat: torch.Tensor, eigenvalues: torch.T
                                  bar)
 
 
-def shuffled_directions(nested: tuple[torch.Tensor, torch.Tensor],
-                        perm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """ΠV̂'s nested directions from V̂'s (:func:`checks.leading_directions.nested_directions`):
-    the same directions with the tokens in the order ``perm`` [..., N], the same validity."""
-    q, valid = nested
-    return q.gather(-2, perm.unsqueeze(-1).expand_as(q)), valid
-
-
 def directions_from_bases(qx: torch.Tensor, nested: tuple[torch.Tensor, torch.Tensor],
                           null: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor,
                           bar: float) -> dict[str, torch.Tensor]:
@@ -283,7 +273,7 @@ def directions_from_bases(qx: torch.Tensor, nested: tuple[torch.Tensor, torch.Te
     main = shared_from_bases(qx, *nested, weights, bar=bar)
     other = shared_from_bases(qx, *null, weights, bar=bar)
     out = {}
-    for name, key in _DIRECTION_KEYS.items():
+    for name, key in DIRECTION_KEYS.items():
         out[name], out[f"{name}_null"] = main[key], other[key]
     return out
 
@@ -298,7 +288,7 @@ def init_twin_directions(k: torch.Tensor, v: torch.Tensor, *, scale: float | Non
     gram = KeyGram(k, scale=scale, standardize=standardize, dtype=dtype, top=d)
     v_hat = _pad_columns(gram.kpca_values(convention), d)
     out = shared_directions(v.to(dtype), v_hat, direction_weights(gram.eigenvalues, d), bar=bar)
-    return {f"{name}_init_twin": out[key] for name, key in _DIRECTION_KEYS.items()}
+    return {f"{name}_init_twin": out[key] for name, key in DIRECTION_KEYS.items()}
 
 
 def _twin(k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype,

@@ -21,8 +21,9 @@ from checks.errors import NonFiniteError, check_finite
 from checks.gram import KeyGram, kpca_values
 from checks.row_similarity import cosine_pair
 from checks.stats import seed_from
+from checks.leading_directions import shuffled_directions
 from checks.value_vectors import (DIRECTION_NAMES, direction_weights, _pad_columns,
-                                  directions_from_bases, random_orthonormal, shuffled_directions)
+                                  directions_from_bases, random_orthonormal)
 
 from . import verdicts
 from .claim_v_layer import twin_directions
