@@ -13,7 +13,7 @@ import math
 import torch
 
 from ._validation import check_int, check_ndim
-from .eigen import fix_signs, sorted_eigh, sorted_eigvalsh  # noqa: F401  (part of this API)
+from .eigen import eigvalsh, fix_signs, sorted_eigh, sorted_eigvalsh  # noqa: F401  (part of this API)
 from .errors import check_finite
 from .topk import top_eigh
 
@@ -132,7 +132,7 @@ def psd_spectral_norm(gram: torch.Tensor, max_steps: int = 96, rtol: float = 1e-
         images[..., j:j + 1] = w
         if (j + 1) % 8 == 0 or j + 1 == m:
             projected = basis[..., : j + 1].transpose(-1, -2) @ images[..., : j + 1]  # QᵀKQ
-            ritz = torch.linalg.eigvalsh(0.5 * (projected + projected.transpose(-1, -2)))[..., -1]
+            ritz = eigvalsh(0.5 * (projected + projected.transpose(-1, -2)))[..., -1]
             if j + 1 == m or (top is not None
                               and bool(((ritz - top).abs() <= rtol * ritz.abs()).all())):
                 return ritz

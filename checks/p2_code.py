@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ._validation import check_int
+from .eigen import eigh
 from .gram import center_gram, log_normaliser, resolve_scale, score_matrix, standardize_tokens
 from .row_similarity import matched_cosine
 from .value_vectors import _pad_columns
@@ -119,7 +120,7 @@ def p2_code_values(k: torch.Tensor, scale: float | None = None,
     gram = torch.exp(scores - log_gg) / (1.0 + GRAM_EPS * torch.exp(-log_gg))  # K_raw/(ggᵀ + ε)
     centred = center_gram(gram.to(torch.float32))
     centred = 0.5 * (centred + centred.transpose(-1, -2))
-    mu, vecs = torch.linalg.eigh(centred)  # the solver's signs, kept
+    mu, vecs = eigh(centred)  # the solver's signs, kept
     order = mu.abs().argsort(dim=-1, descending=True)[..., : min(d, n)]
     axes = torch.gather(vecs, -1, order.unsqueeze(-2).expand(*vecs.shape[:-1], order.shape[-1]))
     g_inv = torch.exp(-log_g).to(torch.float32).unsqueeze(-1)

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import torch
 
 from ._validation import check_int, check_ndim
+from .eigen import eigvalsh
 from .errors import NonFiniteError, check_finite
 from .gram import (
     DEFAULT_DTYPE,
@@ -215,7 +216,7 @@ def _eigvalsh_flagged(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     """
     batch = matrix.shape[:-2]
     try:
-        mu = torch.linalg.eigvalsh(matrix)
+        mu = eigvalsh(matrix)
         solved = torch.ones(batch, dtype=torch.bool, device=matrix.device)
     except torch.linalg.LinAlgError:
         flat = matrix.reshape(-1, *matrix.shape[-2:])
@@ -223,7 +224,7 @@ def _eigvalsh_flagged(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
         solved = torch.ones(flat.shape[0], dtype=torch.bool, device=matrix.device)
         for i in range(flat.shape[0]):
             try:
-                mu[i] = torch.linalg.eigvalsh(flat[i])
+                mu[i] = eigvalsh(flat[i])
             except torch.linalg.LinAlgError:
                 solved[i] = False
         mu, solved = mu.reshape(*batch, -1), solved.reshape(batch)

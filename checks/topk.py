@@ -29,7 +29,7 @@ import torch
 
 from ._validation import check_int
 from .errors import check_finite
-from .eigen import fix_signs, sorted_eigh
+from .eigen import eigh, fix_signs, sorted_eigh
 
 METHODS = ("auto", "full", "subspace", "lobpcg")
 
@@ -89,7 +89,7 @@ def _validate(matrix: torch.Tensor, m: int, method: str, tol: float, max_iter: i
 def _ritz(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rayleigh–Ritz on the block x (orthonormal columns) with y = K x: (θ descending, X W, Y W)."""
     t = x.transpose(-1, -2) @ y  # the projected matrix XᵀKX
-    theta, w = torch.linalg.eigh(0.5 * (t + t.transpose(-1, -2)))
+    theta, w = eigh(0.5 * (t + t.transpose(-1, -2)))
     theta, w = theta.flip(-1), w.flip(-1)
     return theta, x @ w, y @ w
 
