@@ -5,8 +5,8 @@ instead (:mod:`bench.pipeline`, :mod:`bench.attribution`), then the kernels agai
 same run. ``--write-table`` rewrites the Speed tables of docs/performance.md from the results files instead;
 ``--topk-crossover`` measures the eigensolver crossover (:mod:`bench.crossover`); ``--solvers``
 measures the assignment solvers and the partial eigensolvers on real matrices
-(:mod:`bench.solvers`); ``--eigh-batching`` whether a batched ``eigh`` beats a loop of single
-calls on ``--device`` (:mod:`bench.eigh_batching`). The jobs live in their modules: the instruments in :mod:`bench.timing`,
+(:mod:`bench.solvers`); ``--linalg-batching`` whether batched ``eigh``, ``qr`` and ``svd`` beat a
+loop of single calls on ``--device`` (:mod:`bench.linalg_batching`). The jobs live in their modules: the instruments in :mod:`bench.timing`,
 the inputs in :mod:`bench.workloads`, claim V in :mod:`bench.claim_v_timing`, claims J and E in
 :mod:`bench.claims_je_timing`, the table and its page in :mod:`bench.table`. Before any ratio is
 printed, every compared quantity of every checked head must agree with the loop to ``--rtol``.
@@ -30,7 +30,7 @@ import torch
 
 from .claim_v_timing import bench_model
 from .crossover import topk_crossover
-from .eigh_batching import EIGH_SIZES as EIGH_SIZES_DEFAULT, eigh_batching, print_eigh_batching
+from .linalg_batching import SIZES as LINALG_SIZES, linalg_batching, print_linalg_batching
 from .workloads import model_configs
 from .table import print_table, stage_rows, update_doc, update_pipeline_doc
 from .timing import ROOT, RssSampler, cpu_model, parse_bytes, provenance, set_threads
@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--solvers", action="store_true",
                    help="measure the assignment solvers and the partial eigensolvers on the real "
                         "matrices of one layer (--layers, default 0; bench/solvers.json)")
-    p.add_argument("--eigh-batching", action="store_true",
-                   help="one batched torch.linalg.eigh against a loop of single calls on --device, "
-                        "n 16..256, float64 and float32 (bench/eigh_batching.json)")
+    p.add_argument("--linalg-batching", action="store_true",
+                   help="batched torch.linalg eigh, qr and svd against loops of single calls on "
+                        "--device, n 16..256, float64 and float32 (bench/linalg_batching.json)")
     p.add_argument("--skip-reference", action="store_true",
                    help="time and measure our path only (memory runs)")
     p.add_argument("--device", default="cpu",
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         args.out = ("bench/topk_crossover.json" if args.topk_crossover else
                     "bench/solvers.json" if args.solvers else
-                    "bench/eigh_batching.json" if args.eigh_batching else "bench/results.json")
+                    "bench/linalg_batching.json" if args.linalg_batching else "bench/results.json")
     if args.quick:
         args.ref_min = min(args.ref_min, 24)
         args.ref_capture_samples = min(args.ref_capture_samples, 2)
@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.solvers:
         return solvers_main(args, threads)
-    if args.eigh_batching:
-        return eigh_batching_main(args, threads)
+    if args.linalg_batching:
+        return linalg_batching_main(args, threads)
     sampler = RssSampler()
     load_before = [round(x, 2) for x in os.getloadavg()]
     command = " ".join([sys.executable, "-m", "bench.run", *sys.argv[1:]])
@@ -203,19 +203,19 @@ def solvers_main(args, threads: dict) -> int:
     return 0
 
 
-def eigh_batching_main(args, threads: dict) -> int:
-    """``--eigh-batching``: :func:`bench.eigh_batching.eigh_batching` on ``--device``, written
-    to ``--out`` with the device named."""
+def linalg_batching_main(args, threads: dict) -> int:
+    """``--linalg-batching``: :func:`bench.linalg_batching.linalg_batching` on ``--device``,
+    written to ``--out`` with the device named."""
     device = torch.device(args.device)
     named = (torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model())
-    res = {"schema": SCHEMA + "/eigh-batching", "threads": threads, **provenance(),
+    res = {"schema": SCHEMA + "/linalg-batching", "threads": threads, **provenance(),
            "device": str(device), "device_name": named, "torch": torch.__version__,
-           "rows": eigh_batching(device, sizes=(16, 32, 33, 64) if args.quick else
-                                 EIGH_SIZES_DEFAULT)}
+           "rows": linalg_batching(device, sizes=(16, 32, 33, 64) if args.quick else
+                                   LINALG_SIZES)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
-    print_eigh_batching(res["rows"], f"{device} ({named})")
+    print_linalg_batching(res["rows"], f"{device} ({named})")
     print(f"\nwritten: {out}")
     return 0
 

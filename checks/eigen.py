@@ -6,10 +6,10 @@ that no result depends on the eigensolver. The building block of :mod:`checks.gr
 Every symmetric eigensolve of ``checks`` goes through :func:`eigh` or :func:`eigvalsh` here,
 which choose where it runs: torch's batched solver on CUDA takes matrices up to 32 × 32 in one
 batched kernel and loops over the matrices above that, one cuSOLVER call each. Measured on an
-NVIDIA H200 (torch 2.11.0+cu130, ``python -m bench.run --eigh-batching``, docs/devices.md) against
-one thread of a 2-core Intel Xeon, microseconds per matrix in float64: n = 32, 1.8 on the GPU;
-n = 33, 503 (CPU 67); n = 64, 813 (219); n = 128, 1,553 (1,009); n = 197, 1,622 (2,286). In
-float32 the GPU was slower at every n from 33 to 256 (at 256, 7,294 against 2,844). So a CUDA
+NVIDIA H200 (torch 2.11.0+cu130, ``python -m bench.run --linalg-batching``, docs/devices.md)
+against one thread of a 2-core Intel Xeon, microseconds per matrix in float64: n = 32, 1.8 on
+the GPU; n = 33, 503 (CPU 65); n = 64, 813 (214); n = 128, 1,553 (893); n = 197, 1,622 (2,260).
+In float32 the GPU was slower at every n from 33 to 256 (at 256, 7,294 against 2,763). So a CUDA
 batch of such matrices is solved on the CPU up to the sizes where that was measured faster
 (:data:`HOST_FASTER_MAX_N`), and moved back.
 """
