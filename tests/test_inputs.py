@@ -436,3 +436,31 @@ def test_input_tensor_hash():
         I.input_tensor_hash([ids, "mask"])
     with pytest.raises(ValueError, match="takes a Tensor"):
         I.input_tensor_hash("input_ids")
+
+
+def test_model_inputs_read_the_default_images_once_and_give_each_caller_its_own_copy(monkeypatch):
+    """Every image model of a run reads the default images: made once per process (n, seed),
+    each caller gets equal data that it may change without changing another caller's."""
+    from types import SimpleNamespace
+
+    from fixtures.inputs import model_inputs as mi
+
+    monkeypatch.setattr(mi, "_DEFAULT_IMAGES", {})
+    calls = []
+    real = mi.default_images
+    monkeypatch.setattr(mi, "default_images",
+                        lambda n, seed: calls.append((n, seed)) or real(n, seed))
+    spec = SimpleNamespace(modality="image")
+    opts = SimpleNamespace(images=None, n_samples=5, seed=0, batch_size=2)
+    first = mi.model_inputs(spec, opts, None)
+    first[0].notes.append("changed by the first caller")
+    first[1][0].zero_()
+    second = mi.model_inputs(spec, opts, None)
+    assert calls == [(5, 0)]
+    fresh = real(5, 0)
+    tensor = I.image_tensor(fresh.items, size=mi.IMAGE_SIZE)
+    assert second[0].names == fresh.names and second[0].notes == fresh.notes
+    assert torch.equal(torch.cat(second[1]), tensor)
+    assert second[2] == first[2] == I.input_tensor_hash([tensor])
+    mi.model_inputs(spec, SimpleNamespace(images=None, n_samples=5, seed=1, batch_size=2), None)
+    assert calls == [(5, 0), (5, 1)]  # another seed is other images
