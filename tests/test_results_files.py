@@ -172,3 +172,55 @@ def test_saved_samples_load_with_one_pandas_call(small_run):
     rows = path.read_text().splitlines()
     frame = pd.read_json(path, lines=True)
     assert len(frame) == len(rows) and "optimal_cosine_null" in frame.columns
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _leaves(value, (*path, i))
+    yield path
+
+
+def test_the_inlined_schema_reports_what_the_referencing_one_reports(monkeypatch):
+    """report.validate checks against the schema with its $defs references inlined (2.4 times
+    faster on a full results.json): 200 seeded corruptions of a real results file (wrong types,
+    out-of-range numbers, nulls, keys removed) get the same sentence, or pass, both ways."""
+    import random
+
+    from report import validate
+
+    data = json.loads((ROOT / "reference" / "smoke.json").read_text())
+    data["records"] = data["records"][:12]
+    paths = [p for p in _leaves(data) if p]
+    plain = jsonschema.validators.validator_for(validate.schema())(validate.schema(),
+                                                                    format_checker=None)
+    inlined = validate._validator()
+    assert "$ref" not in json.dumps({k: v for k, v in inlined.schema.items() if k != "$defs"})
+
+    def sentence(doc, validator):
+        monkeypatch.setattr(validate, "_validator", lambda: validator)
+        try:
+            validate.check(doc, "results.json")
+        except validate.InvalidFile as exc:
+            return str(exc)
+        return None
+
+    gen = random.Random(0)
+    failures = 0
+    for _ in range(200):
+        doc = copy.deepcopy(data)
+        *parent_path, last = gen.choice(paths)
+        parent = doc
+        for part in parent_path:
+            parent = parent[part]
+        if isinstance(parent, dict) and gen.random() < 0.25:
+            del parent[last]
+        else:
+            parent[last] = gen.choice(["x", -1e9, 1e9, None, {}, [], True, 0.5])
+        got, want = sentence(doc, inlined), sentence(doc, plain)
+        assert got == want
+        failures += got is not None
+    assert failures > 60  # many corruptions are errors: the comparison is not vacuous
