@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .gram import center_gram
-from .similarity_scaling import check_pair, peak_one, tiny, unit_frobenius
+from .similarity_scaling import centre_tokens, check_pair, peak_one, tiny, unit_frobenius
 
 
 def linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -32,7 +32,7 @@ def linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def linear_cka_operand(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(Xc, ‖XcᵀXc‖_F): xs (peak 1) column-centred (H X) at unit Frobenius norm, and its self-term."""
-    xc = unit_frobenius(xs - xs.mean(-2, keepdim=True))  # column-centred: H X
+    xc = unit_frobenius(centre_tokens(xs))  # column-centred: H X
     return xc, torch.linalg.matrix_norm(xc.transpose(-1, -2) @ xc)  # ‖XcᵀXc‖_F
 
 

@@ -25,6 +25,7 @@ from .errors import check_finite
 from .gamma_controls import eigen_control_twin, perturbed_axes  # noqa: F401 (part of this API)
 from .gamma_precision import canonical_axes, overlap_precision
 from .round_off import relative_twin
+from .similarity_scaling import centre_tokens
 from .gram import DEFAULT_DTYPE, KeyGram
 from .invariant_subspace import bias_direction, subspace_measures
 from .nulls import shuffled_token_null
@@ -65,7 +66,7 @@ def recover_axes(v: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     if v.ndim < 2 or log_g.shape != v.shape[:-1]:
         raise ValueError(f"v must be [..., N, m] and log_g [..., N]; got {tuple(v.shape)} and {tuple(log_g.shape)}")
     axes = v * torch.exp(log_g).unsqueeze(-1)                            # â_jm = g_j v_jm
-    axes = axes - axes.mean(dim=-2, keepdim=True)                        # centred over j
+    axes = centre_tokens(axes)                                           # centred over j
     check_finite(axes, "recovered axes g_j·v_jm")
     return axes
 

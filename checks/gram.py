@@ -15,6 +15,7 @@ import torch
 from ._validation import check_int, check_ndim
 from .eigen import eigvalsh, fix_signs, sorted_eigh, sorted_eigvalsh  # noqa: F401  (part of this API)
 from .errors import check_finite
+from .similarity_scaling import centre_tokens
 from .topk import top_eigh
 
 DEFAULT_DTYPE = torch.float64
@@ -105,8 +106,7 @@ def kpca_values(axes: torch.Tensor, log_g: torch.Tensor) -> torch.Tensor:
     >>> kpca_values(a, log_g).tolist()  # (a_j − mean a)/g_j
     [[0.25], [-0.125]]
     """
-    centred = axes - axes.mean(dim=-2, keepdim=True)
-    return centred * torch.exp(-log_g).unsqueeze(-1)
+    return centre_tokens(axes) * torch.exp(-log_g).unsqueeze(-1)
 
 
 def psd_spectral_norm(gram: torch.Tensor, max_steps: int = 96, rtol: float = 1e-13) -> torch.Tensor:

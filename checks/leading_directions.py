@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from .matrix_similarity import centred_column_basis
-from .similarity_scaling import peak_one
+from .similarity_scaling import centre_tokens, peak_one
 
 #: cos² at or above which a direction counts as shared (a near-exact direction).
 SHARED_BAR = 0.9
@@ -32,8 +32,7 @@ def centred_peak_one(y: torch.Tensor) -> torch.Tensor:
     """y [..., N, d] at peak 1 with each column centred over the tokens: the matrix whose QR
     gives :func:`nested_directions` (and whose column space is the subspace overlap's,
     :func:`checks.matrix_similarity.centred_column_basis` of ``peak_one(y)``)."""
-    yc = peak_one(y)
-    return yc - yc.mean(dim=-2, keepdim=True)
+    return centre_tokens(peak_one(y))
 
 
 def nested_directions(y: torch.Tensor, qr: tuple[torch.Tensor, torch.Tensor] | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from .invariant_subspace import full_rank
-from .similarity_scaling import check_pair, peak_one, tiny
+from .similarity_scaling import centre_tokens, check_pair, peak_one, tiny
 
 
 def relative_frobenius(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -122,7 +122,7 @@ def subspace_overlap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def centred_column_basis(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`orthonormal_column_basis` of xs with each column centred over the tokens (rows):
     the column space modulo the all-ones direction, which a value bias 1cᵀ moves along."""
-    return orthonormal_column_basis(xs - xs.mean(dim=-2, keepdim=True))
+    return orthonormal_column_basis(centre_tokens(xs))
 
 
 def overlap_pair(bx: tuple[torch.Tensor, torch.Tensor],

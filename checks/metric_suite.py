@@ -13,7 +13,7 @@ from .leading_directions import (SHARED_BAR, nested_directions, shared_from_base
 from .matrix_similarity import (allclose_pair, orthonormal_column_basis, overlap_pair,
                                 relative_frobenius_pair)
 from .row_similarity import cosine_pair, direct_pair, pearson_operand
-from .similarity_scaling import check_pair, peak_one, unit_rows
+from .similarity_scaling import centre_tokens, check_pair, peak_one, unit_rows
 
 
 SUITE_NAMES = ("direct_cosine", "linear_cka", "kernel_cka", "relative_frobenius", "pearson",
@@ -137,7 +137,7 @@ def operands(x: torch.Tensor, nested: bool = False) -> dict:
     xs = peak_one(x)
     ops = {"raw": x, "unit": unit_rows(xs), "linear": linear_cka_operand(xs),
            "kernel": kernel_cka_operand(xs), "pearson": pearson_operand(xs)}
-    centred = xs - xs.mean(dim=-2, keepdim=True)  # = centred_peak_one(x), the same operations
+    centred = centre_tokens(xs)  # = centred_peak_one(x), peak_one computed once
     factors = torch.linalg.qr(centred) if nested else None
     ops["basis"] = orthonormal_column_basis(centred, qr=factors)
     if nested:

@@ -59,6 +59,16 @@ def rescale(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return x / peak.clamp_min(tiny(x))
 
 
+def centre_tokens(x: torch.Tensor) -> torch.Tensor:
+    """Matrices [..., N, m] with each column centred over the tokens (rows): H X, H = I − 11ᵀ/N,
+    the centring of the Gram matrix (method §1) applied to a token-by-feature matrix.
+
+    >>> centre_tokens(torch.tensor([[1.0, 2.0], [3.0, 2.0]])).tolist()
+    [[-1.0, 0.0], [1.0, 0.0]]
+    """
+    return x - x.mean(dim=-2, keepdim=True)
+
+
 def peak_one(x: torch.Tensor) -> torch.Tensor:
     """Matrices [..., a, b] divided by their largest magnitude (the matrix metrics' first step)."""
     return rescale(x, (-2, -1))
