@@ -6,7 +6,8 @@ same run. ``--write-table`` rewrites the Speed tables of docs/performance.md fro
 ``--topk-crossover`` measures the eigensolver crossover (:mod:`bench.crossover`); ``--solvers``
 measures the assignment solvers and the partial eigensolvers on real matrices
 (:mod:`bench.solvers`); ``--linalg-batching`` whether batched ``eigh``, ``qr`` and ``svd`` beat a
-loop of single calls on ``--device`` (:mod:`bench.linalg_batching`). The jobs live in their modules: the instruments in :mod:`bench.timing`,
+loop of single calls on ``--device`` (:mod:`bench.linalg_batching`). The jobs live in their
+modules: the instruments in :mod:`bench.timing`,
 the inputs in :mod:`bench.workloads`, claim V in :mod:`bench.claim_v_timing`, claims J and E in
 :mod:`bench.claims_je_timing`, the table and its page in :mod:`bench.table`. Before any ratio is
 printed, every compared quantity of every checked head must agree with the loop to ``--rtol``.
@@ -131,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         res = {"schema": SCHEMA + "/topk-crossover", "threads": threads,
                "load_before": [round(x, 2) for x in os.getloadavg()], **topk_crossover(args),
                "load_after": [round(x, 2) for x in os.getloadavg()]}
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=1))
+        out = _write_json(args.out, res)
         print("median seconds per matrix (full, subspace): "
               + ", ".join(f"N={n}: {v[0]:.3f}/{v[1]:.3f}" for n, v in res["median_s"].items()))
         print(f"iterative faster from N = {res['iterative_wins_from_n']} on "
@@ -164,9 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler.close()
     results["machine"]["load_after"] = [round(x, 2) for x in os.getloadavg()]
     results["ru_maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1, default=str))
+    out = _write_json(args.out, results)
     print_table(results)
     print(f"\nwritten: {out}")
     failed = [f"{r['model']} claim {claim}" for r in results["models"]
@@ -195,9 +192,7 @@ def solvers_main(args, threads: dict) -> int:
                "load_before": [round(x, 2) for x in os.getloadavg()],
                "models": solver_benchmark(specs, layer, Path(tmp)),
                "load_after": [round(x, 2) for x in os.getloadavg()]}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
+    out = _write_json(args.out, res)
     print_solvers(res["models"])
     print(f"\nwritten: {out}")
     return 0
@@ -212,12 +207,19 @@ def linalg_batching_main(args, threads: dict) -> int:
            "device": str(device), "device_name": named, "torch": torch.__version__,
            "rows": linalg_batching(device, sizes=(16, 32, 33, 64) if args.quick else
                                    LINALG_SIZES)}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
+    out = _write_json(args.out, res)
     print_linalg_batching(res["rows"], f"{device} ({named})")
     print(f"\nwritten: {out}")
     return 0
+
+
+def _write_json(path, res: dict) -> Path:
+    """Write a benchmark's results to ``path`` (its folder made if missing); returns the path.
+    Values JSON does not know (a path, a dtype) are written as their ``str``."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1, default=str))
+    return out
 
 
 if __name__ == "__main__":
