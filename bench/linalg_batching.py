@@ -53,13 +53,14 @@ def _solve(op: str, a: torch.Tensor):
     return torch.linalg.svd(a, full_matrices=False)
 
 
-def _invariants(op: str, a: torch.Tensor) -> torch.Tensor:
-    """What every solver must agree on: eigenvalues, |diag R|, or singular values [..., k]."""
+def _invariants(op: str, solved) -> torch.Tensor:
+    """What every solver must agree on, from ``_solve``'s result: eigenvalues, |diag R|, or
+    singular values [..., k]."""
     if op == "eigh":
-        return torch.linalg.eigh(a).eigenvalues
+        return solved.eigenvalues
     if op == "qr":
-        return torch.linalg.qr(a).R.diagonal(dim1=-2, dim2=-1).abs()
-    return torch.linalg.svd(a, full_matrices=False).S
+        return solved.R.diagonal(dim1=-2, dim2=-1).abs()
+    return solved.S
 
 
 def _seconds(fn, device: torch.device, repeats: int) -> float:
@@ -79,42 +80,62 @@ def _seconds(fn, device: torch.device, repeats: int) -> float:
 
 
 def linalg_batching(device: torch.device, batch: int = BATCH, sizes=SIZES, ops=OPS,
-                    repeats: int = 3) -> list[dict]:
+                    repeats: int = 3, progress=None) -> list[dict]:
     """One row per (op, dtype, n): microseconds per matrix of the batched call on ``batch`` and on
     ``batch // 4`` matrices and of the loop of single calls, the loop/batched ratio, and whether
     the batched call behaves as a loop: its time per matrix at ``batch // 4`` within 25% of that
-    at ``batch``, and the loop of single calls less than twice as slow."""
+    at ``batch``, and the loop of single calls less than twice as slow. The inputs of (op, n) are
+    made once, in float64, and rounded for float32; the timed loop (after one warm-up single call)
+    gives the reference the batched result is checked against. ``progress(row)`` is called as
+    each row is done."""
     rows = []
     for op in ops:
-        for name in DTYPES:
-            dtype = getattr(torch, name)
-            for n in sizes:
-                a = _matrices(op, batch, n, dtype, device)
-                quarter = a[: batch // 4].contiguous()
-                batched = _seconds(lambda: _solve(op, a), device, repeats) / batch
-                small = _seconds(lambda: _solve(op, quarter), device, repeats) / len(quarter)
-                loop = _seconds(lambda: [_solve(op, m) for m in a], device, 1) / batch
-                got = _invariants(op, a).double().cpu()
-                ref = torch.stack([_invariants(op, m) for m in a]).double().cpu()
-                tol = 1e-8 if dtype == torch.float64 else 1e-3
-                agree = bool(((got - ref).abs() <= tol * ref.abs().amax(-1, keepdim=True)).all())
-                rows.append({"op": op, "dtype": name, "n": n, "shape": list(a.shape[-2:]),
-                             "batch": batch, "batched_us": batched * 1e6,
-                             "quarter_batch_us": small * 1e6, "loop_us": loop * 1e6,
-                             "loop_over_batched": loop / batched,
-                             "batched_scales_like_a_loop": small <= 1.25 * batched
-                             and loop < 2 * batched,
-                             "agree": agree})
-    return rows
+        for n in sizes:
+            a64 = _matrices(op, batch, n, torch.float64, torch.device("cpu"))
+            for name in DTYPES:
+                a = a64.to(device=device, dtype=getattr(torch, name))
+                rows.append(_row(op, name, n, a, device, repeats))
+                if progress is not None:
+                    progress(rows[-1])
+    order = {(op, name, n): i for i, (op, name, n) in enumerate(
+        (op, name, n) for op in ops for name in DTYPES for n in sizes)}
+    return sorted(rows, key=lambda r: order[(r["op"], r["dtype"], r["n"])])
 
 
-def print_linalg_batching(rows: list[dict], device: str) -> None:
-    print(f"torch.linalg on {device}: microseconds per matrix")
-    print(f"{'op':5} {'dtype':8} {'shape':>9} {'batched':>10} {'batch/4':>10} {'loop':>10} "
+def _row(op: str, name: str, n: int, a: torch.Tensor, device: torch.device,
+         repeats: int) -> dict:
+    batch = len(a)
+    quarter = a[: batch // 4].contiguous()
+    batched = _seconds(lambda: _solve(op, a), device, repeats) / batch
+    small = _seconds(lambda: _solve(op, quarter), device, repeats) / len(quarter)
+    _solve(op, a[0])
+    singles = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for m in a:
+        singles.append(_solve(op, m))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    loop = (time.perf_counter() - t0) / batch
+    got = _invariants(op, _solve(op, a)).double().cpu()
+    ref = torch.stack([_invariants(op, s) for s in singles]).double().cpu()
+    tol = 1e-8 if a.dtype == torch.float64 else 1e-3
+    agree = bool(((got - ref).abs() <= tol * ref.abs().amax(-1, keepdim=True)).all())
+    return {"op": op, "dtype": name, "n": n, "shape": list(a.shape[-2:]), "batch": batch,
+            "batched_us": batched * 1e6, "quarter_batch_us": small * 1e6, "loop_us": loop * 1e6,
+            "loop_over_batched": loop / batched,
+            "batched_scales_like_a_loop": small <= 1.25 * batched and loop < 2 * batched,
+            "agree": agree}
+
+
+HEADER = (f"{'op':5} {'dtype':8} {'shape':>9} {'batched':>10} {'batch/4':>10} {'loop':>10} "
           f"{'loop/batched':>12}  batched loops?  agree")
-    for r in rows:
-        shape = "x".join(map(str, r["shape"]))
-        print(f"{r['op']:5} {r['dtype']:8} {shape:>9} {r['batched_us']:>10.1f} "
-              f"{r['quarter_batch_us']:>10.1f} {r['loop_us']:>10.1f} "
-              f"{r['loop_over_batched']:>12.2f}  "
-              f"{'yes' if r['batched_scales_like_a_loop'] else 'no':>14}  {r['agree']}")
+
+
+def format_row(r: dict) -> str:
+    shape = "x".join(map(str, r["shape"]))
+    return (f"{r['op']:5} {r['dtype']:8} {shape:>9} {r['batched_us']:>10.1f} "
+            f"{r['quarter_batch_us']:>10.1f} {r['loop_us']:>10.1f} "
+            f"{r['loop_over_batched']:>12.2f}  "
+            f"{'yes' if r['batched_scales_like_a_loop'] else 'no':>14}  {r['agree']}")

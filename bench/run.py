@@ -31,7 +31,8 @@ import torch
 
 from .claim_v_timing import bench_model
 from .crossover import topk_crossover
-from .linalg_batching import SIZES as LINALG_SIZES, linalg_batching, print_linalg_batching
+from .linalg_batching import HEADER as LINALG_HEADER, SIZES as LINALG_SIZES, linalg_batching
+from .linalg_batching import format_row as format_linalg_row
 from .workloads import model_configs
 from .table import print_table, stage_rows, update_doc, update_pipeline_doc
 from .timing import ROOT, RssSampler, cpu_model, parse_bytes, provenance, set_threads
@@ -203,12 +204,14 @@ def linalg_batching_main(args, threads: dict) -> int:
     written to ``--out`` with the device named."""
     device = torch.device(args.device)
     named = (torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model())
+    print(f"torch.linalg on {device} ({named}): microseconds per matrix, each row as it is done")
+    print(LINALG_HEADER, flush=True)
     res = {"schema": SCHEMA + "/linalg-batching", "threads": threads, **provenance(),
            "device": str(device), "device_name": named, "torch": torch.__version__,
            "rows": linalg_batching(device, sizes=(16, 32, 33, 64) if args.quick else
-                                   LINALG_SIZES)}
+                                   LINALG_SIZES,
+                                   progress=lambda r: print(format_linalg_row(r), flush=True))}
     out = _write_json(args.out, res)
-    print_linalg_batching(res["rows"], f"{device} ({named})")
     print(f"\nwritten: {out}")
     return 0
 

@@ -52,3 +52,7 @@ def test_the_command_writes_its_file_with_the_device_named(tmp_path):
     assert [(r["op"], r["n"]) for r in res["rows"]] == [
         (op, n) for op in OPS for _ in range(2) for n in (16, 32, 33, 64)]
     assert "microseconds per matrix" in done.stdout
+    printed = [line.split()[:3] for line in done.stdout.splitlines()
+               if line.split()[:1] and line.split()[0] in OPS]
+    assert sorted(printed) == sorted([r["op"], r["dtype"], "x".join(map(str, r["shape"]))]
+                                     for r in res["rows"])
