@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
+from . import linalg_route as la
 from .gamma_precision import canonical_axes, round_off_gram_pattern
 from .round_off import ROUND_OFF
 from .gram import DEFAULT_DTYPE, KeyGram, fix_signs
@@ -58,7 +59,7 @@ def perturbed_axes(axes: torch.Tensor, seed: int | Sequence[int] = 0,
                              f"{tuple(axes.shape)}: give one seed per item, or one int")
         z = _item_noise(tuple(seeds), tuple(axes.shape[-2:])).reshape(axes.shape)
     z = z.to(axes.device, axes.dtype)
-    q, _ = torch.linalg.qr(axes + noise * z)
+    q, _ = la.qr(axes + noise * z)
     return fix_signs(q)
 
 

@@ -11,6 +11,7 @@ import functools
 
 import torch
 
+from . import linalg_route as la
 from .gram import fix_signs
 from .invariant_subspace import invariance_overlap
 from .round_off import ROUND_OFF
@@ -98,7 +99,7 @@ def canonical_axes(eigenvalues: torch.Tensor, axes: torch.Tensor,
     w = torch.randn(axes.shape[-2], m, generator=gen, dtype=torch.float64).to(axes.device, axes.dtype)
     coeff = (axes.transpose(-1, -2) @ w) * same.to(axes.dtype)               # [..., m, m]: a_jᵀw_k, same cluster
     projected = torch.where(clustered.unsqueeze(-2), axes @ coeff, axes)     # U Uᵀ w_k in clusters
-    q, _ = torch.linalg.qr(projected)
+    q, _ = la.qr(projected)
     return torch.where(clustered.unsqueeze(-2), fix_signs(q), axes)
 
 

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from . import linalg_route as la
 from ._validation import check_int, check_ndim
 from .eigen import eigvalsh, fix_signs, sorted_eigh, sorted_eigvalsh  # noqa: F401  (part of this API)
 from .errors import check_finite
@@ -279,4 +280,4 @@ def orthonormalize(x: torch.Tensor) -> torch.Tensor:
     >>> torch.allclose(q.T @ q, torch.eye(2, dtype=torch.float64), atol=1e-12)
     True
     """
-    return fix_signs(torch.linalg.qr(x).Q)
+    return fix_signs(la.qr(x).Q)

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from . import linalg_route as la
+
 #: The part of the extra direction h outside span(Â), per √N, below which h counts as inside it
 #: (h is g − ḡ with g at peak 1; its round-off is about 1e-16 per entry, so this is 10⁶ times
 #: that, and a part this small moves the span by less than the round-off of the axes' own QR).
@@ -81,7 +83,7 @@ def _basis_and_image(centred_gram: torch.Tensor, axes: torch.Tensor,
     a = axes.to(torch.float64)
     peak = a.abs().amax(dim=(-2, -1), keepdim=True)
     a = a / torch.where(peak > 0, peak, torch.ones_like(peak))
-    q, _ = torch.linalg.qr(a)
+    q, _ = la.qr(a)
     if extra is not None and q.shape[-1] < q.shape[-2]:  # a basis of all of ℝ^N holds h already
         q = torch.cat([q, _outside(q, extra.to(torch.float64).unsqueeze(-1))], dim=-1)
     return q, centred_gram.to(torch.float64) @ q
@@ -143,7 +145,7 @@ def _overlap(q: torch.Tensor, image: torch.Tensor, rtol: float | None) -> torch.
     to drop the directions below round-off (about half the time of an SVD for every item)."""
     tol = (q.shape[-2] * torch.finfo(torch.float64).eps) if rtol is None else rtol
     m = image.shape[-1]
-    q_image, r = torch.linalg.qr(image)
+    q_image, r = la.qr(image)
     full = full_rank(r, tol)
     omega = ((q.transpose(-1, -2) @ q_image) ** 2).sum(dim=(-2, -1)) / m
     if bool(full.all()):
@@ -165,13 +167,13 @@ def full_rank(r: torch.Tensor, tol: float) -> torch.Tensor:
     if bool(sure.all()):
         return sure
     rest = ~sure
-    s = torch.linalg.svdvals(r[rest])                                    # [..., m], descending
+    s = la.svdvals(r[rest])                                    # [..., m], descending
     return sure.masked_scatter(rest, (s > tol * s[..., :1]).all(dim=-1))
 
 
 def _overlap_svd(q: torch.Tensor, image: torch.Tensor, tol: float) -> torch.Tensor:
     """ω with the image's directions from its SVD, those above ``tol`` times the largest kept."""
-    u, s, _ = torch.linalg.svd(image, full_matrices=False)
+    u, s, _ = la.svd(image, full_matrices=False)
     keep = (s > tol * s[..., :1]).to(torch.float64)                      # [..., m]
     cos2 = ((q.transpose(-1, -2) @ u) ** 2).sum(dim=-2)                  # per image direction
     count = keep.sum(dim=-1)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from . import linalg_route as la
 from .matrix_similarity import centred_column_basis
 from .similarity_scaling import centre_tokens, peak_one
 
@@ -49,7 +50,7 @@ def nested_directions(y: torch.Tensor, qr: tuple[torch.Tensor, torch.Tensor] | N
     [True, False, False]
     """
     n, d = y.shape[-2], y.shape[-1]
-    q, r = torch.linalg.qr(centred_peak_one(y)) if qr is None else qr
+    q, r = la.qr(centred_peak_one(y)) if qr is None else qr
     diag = torch.diagonal(r, dim1=-2, dim2=-1).abs()  # [..., min(N, d)]
     eps = torch.finfo(y.dtype).eps
     valid = diag > max(n, d) * eps * diag.amax(-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny)
@@ -129,7 +130,7 @@ def principal_angle_count(x: torch.Tensor, y: torch.Tensor, *,
     """
     qx, _ = centred_column_basis(peak_one(x))
     qy, _ = centred_column_basis(peak_one(y))
-    cos2 = torch.linalg.svdvals(qx.transpose(-1, -2) @ qy).pow(2)
+    cos2 = la.svdvals(qx.transpose(-1, -2) @ qy).pow(2)
     return (cos2 >= bar).sum(dim=-1)
 
 
@@ -181,7 +182,7 @@ def shared_from_bases(qx: torch.Tensor, qy: torch.Tensor, valid: torch.Tensor,
     (claim V's null ΠV̂ has Π·qy for directions, the same weights)."""
     # vh's rows: the principal vectors u_i in y's nested basis, one per singular value (qx may
     # have fewer columns than qy: N < d)
-    _, s, vh = torch.linalg.svd(qx.transpose(-1, -2) @ qy, full_matrices=False)
+    _, s, vh = la.svd(qx.transpose(-1, -2) @ qy, full_matrices=False)
     shared = (s.pow(2) >= bar).to(qy.dtype)  # [..., min(columns)]
     w = weights.to(qy.dtype).clamp_min(0.0)
     w = torch.where(valid, w, torch.zeros_like(w))

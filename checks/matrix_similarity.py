@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from . import linalg_route as la
 from .invariant_subspace import full_rank
 from .similarity_scaling import centre_tokens, check_pair, peak_one, tiny
 
@@ -78,18 +79,18 @@ def orthonormal_column_basis(xs: torch.Tensor,
     n, d = xs.shape[-2], xs.shape[-1]
     tol = max(n, d) * torch.finfo(xs.dtype).eps
     if n < 2 * d:
-        u, s, _ = torch.linalg.svd(xs, full_matrices=False)
+        u, s, _ = la.svd(xs, full_matrices=False)
         keep = s > tol * s[..., :1]
         return u * keep.to(xs.dtype).unsqueeze(-2), keep.sum(-1)
-    q, r = torch.linalg.qr(xs) if qr is None else qr
+    q, r = la.qr(xs) if qr is None else qr
     if bool(full_rank(r, tol).all()):  # the usual batch: no singular value is needed
         return q, torch.full(r.shape[:-2], d, dtype=torch.int64, device=xs.device)
-    s = torch.linalg.svdvals(r)  # the singular values of xs
+    s = la.svdvals(r)  # the singular values of xs
     keep = s > tol * s[..., :1]
     rank = keep.sum(-1)
     deficient = rank < d
     if bool(deficient.any()):
-        u, _, _ = torch.linalg.svd(xs[deficient], full_matrices=False)
+        u, _, _ = la.svd(xs[deficient], full_matrices=False)
         q = q.clone()
         q[deficient] = u * keep[deficient].to(xs.dtype).unsqueeze(-2)
     return q, rank

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from . import linalg_route as la
 from .cka import gram_cka_pair, kernel_cka_operand, linear_cka_operand, linear_cka_pair
 from .leading_directions import (SHARED_BAR, nested_directions, shared_from_bases,
                                  shuffled_directions)
@@ -138,7 +139,7 @@ def operands(x: torch.Tensor, nested: bool = False) -> dict:
     ops = {"raw": x, "unit": unit_rows(xs), "linear": linear_cka_operand(xs),
            "kernel": kernel_cka_operand(xs), "pearson": pearson_operand(xs)}
     centred = centre_tokens(xs)  # = centred_peak_one(x), peak_one computed once
-    factors = torch.linalg.qr(centred) if nested else None
+    factors = la.qr(centred) if nested else None
     ops["basis"] = orthonormal_column_basis(centred, qr=factors)
     if nested:
         ops["nested"] = nested_directions(x, qr=factors)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from . import linalg_route as la
 from checks.invariant_subspace import full_rank
 
 
@@ -40,8 +41,8 @@ def least_squares_fit(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     SVD (:func:`checks.invariant_subspace.full_rank`), the projection is Q(Qᵀ target): the least
     squares fit, 3 to 6 times faster than gelsd on the heads of the default run (measured
     2026-11-29: 0.24 s against 0.70 s for 1,200 fits of 65 × 32), the two within 3e-14 of each
-    other. The other items (rank-deficient or undecided) take gelsd, as before (on an accelerator
-    the driver's default, which needs full rank).
+    other. The other items (rank-deficient or undecided) take gelsd, on the CPU whatever the
+    device (torch's CUDA lstsq has only gels, which needs full rank).
 
     >>> g = torch.Generator().manual_seed(0)
     >>> x = torch.randn(2, 9, 3, generator=g, dtype=torch.float64)
@@ -51,17 +52,16 @@ def least_squares_fit(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     >>> bool(torch.allclose(least_squares_fit(x, t), ref, atol=1e-12))
     True
     """
-    if x.device.type != "cpu":
-        return x @ torch.linalg.lstsq(x, target).solution
-    q, r = torch.linalg.qr(x)
+    q, r = la.qr(x)
     full = full_rank(r, x.shape[-2] * torch.finfo(x.dtype).eps)
     fit = q @ (q.transpose(-1, -2) @ target)
     if bool(full.all()):
         return fit
     part = ~full
     rest = x[part]
-    return fit.masked_scatter(part[..., None, None].expand_as(fit),
-                              rest @ torch.linalg.lstsq(rest, target[part], driver="gelsd").solution)
+    # gelsd is LAPACK's (torch has no such driver on CUDA): the few such items go to the CPU
+    coef = torch.linalg.lstsq(rest.cpu(), target[part].cpu(), driver="gelsd").solution
+    return fit.masked_scatter(part[..., None, None].expand_as(fit), rest @ coef.to(x.device))
 
 
 def kpca_output_fit(probs: torch.Tensor, v: torch.Tensor, v_hat: torch.Tensor,

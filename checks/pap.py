@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import linalg_route as la
+
 
 def shrink(x: torch.Tensor, tau: torch.Tensor | float) -> torch.Tensor:
     """Soft thresholding S_τ(x) = sgn(x)·max(|x| − τ, 0), elementwise (method Eq. 15.1).
@@ -38,7 +40,7 @@ def shrink(x: torch.Tensor, tau: torch.Tensor | float) -> torch.Tensor:
 
 def singular_value_threshold(x: torch.Tensor, tau: torch.Tensor | float) -> torch.Tensor:
     """D_τ(X) = U S_τ(Σ) Vᵀ for matrices ``[..., n1, n2]`` (method Eq. 15.2)."""
-    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    u, s, vh = la.svd(x, full_matrices=False)
     if isinstance(tau, torch.Tensor):
         tau = tau.squeeze(-1)  # [..., 1, 1] -> [..., 1], against s [..., r]
     return (u * shrink(s, tau).unsqueeze(-2)) @ vh  # Eq. 15.2
@@ -168,7 +170,7 @@ def effective_rank(x: torch.Tensor) -> torch.Tensor:
     >>> float(effective_rank(torch.eye(4, dtype=torch.float64)))
     4.0
     """
-    s = torch.linalg.svdvals(x)
+    s = la.svdvals(x)
     total = s.sum(-1, keepdim=True)
     p = s / total.clamp_min(torch.finfo(s.dtype).tiny)
     entropy = -(p * torch.log(p.clamp_min(torch.finfo(s.dtype).tiny))).sum(-1)
@@ -178,7 +180,7 @@ def effective_rank(x: torch.Tensor) -> torch.Tensor:
 def numerical_rank(x: torch.Tensor, rtol: float = 1e-2) -> torch.Tensor:
     """Singular values above ``rtol`` times the largest, per matrix [..., n1, n2] (an integer
     tensor [...])."""
-    s = torch.linalg.svdvals(x)
+    s = la.svdvals(x)
     return (s > rtol * s[..., :1]).sum(-1)
 
 

@@ -27,6 +27,7 @@ import warnings
 
 import torch
 
+from . import linalg_route as la
 from ._validation import check_int
 from .errors import check_finite
 from .eigen import eigh, fix_signs, sorted_eigh
@@ -165,7 +166,7 @@ def subspace_iteration(matrix: torch.Tensor, m: int, tol: float = DEFAULT_TOL,
     # frozen) until they are half of the batch, then `mats` is compacted: at most twice the
     # necessary products, and no copy of the matrices per iteration.
     rows, mats = torch.arange(b, device=device), matrix
-    x = torch.linalg.qr(start).Q
+    x = la.qr(start).Q
     for it in range(max_iter + 1):
         theta, xr, yr = _ritz(x, mats @ x)
         res = torch.linalg.vector_norm(yr[..., :m] - xr[..., :m] * theta[:, None, :m], dim=-2)
@@ -190,7 +191,7 @@ def subspace_iteration(matrix: torch.Tensor, m: int, tol: float = DEFAULT_TOL,
         # block reaching the null space (θ_k ≈ 0) must not shrink the interval below round-off
         upper = torch.minimum(upper, top - 1e-3 * scale[:, None, None])
         upper = torch.maximum(upper, lower + n * torch.finfo(dtype).eps * scale[:, None, None])
-        x = torch.linalg.qr(chebyshev_filter(mats, xr, lower, upper, top, degree)).Q
+        x = la.qr(chebyshev_filter(mats, xr, lower, upper, top, degree)).Q
     return theta_out, vec_out, done, residual_out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from . import linalg_route as la
 from .metric_suite import DIRECTION_KEYS, metric_suite, metric_suite_shuffled
 from .row_similarity import matched_cosine, matched_cosine_twin
 from .degenerate import effective_rows
@@ -56,7 +57,7 @@ def random_orthonormal(n: int, m: int, seed: int, batch_shape: tuple[int, ...] =
     batch_shape = tuple(int(b) for b in batch_shape)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     gauss = torch.randn(*batch_shape, n, m, generator=gen, dtype=torch.float64)
-    q, _ = torch.linalg.qr(gauss, mode="reduced")
+    q, _ = la.qr(gauss, mode="reduced")
     return fix_signs(q).to(dtype)
 
 
