@@ -512,3 +512,25 @@ def test_step_zero_of_both_variants_share_weights_but_not_a_capture():
     assert state_dict_hash(softmax.state_dict()) == state_dict_hash(p1.state_dict())
     assert module_fingerprint(softmax) != module_fingerprint(p1)
     assert module_fingerprint(softmax) == module_fingerprint(build_model(TrainConfig(variant="softmax")))
+
+
+def test_a_name_patched_on_the_package_is_called_after_sys_modules_lost_it(monkeypatch):
+    """pytester restores sys.modules after an in-process run, dropping fixtures.training while
+    the ``fixtures`` package still names it. The lazy loader then imported the submodule under a
+    second package, which later ``from fixtures import training`` returned, so a test's patch of
+    ``cached_series`` was not the one called and a real training ran (seen in
+    tests/test_multiverse.py under xdist). Now the loader puts its package back."""
+    import sys
+
+    import fixtures
+
+    package = fixtures.training
+    monkeypatch.delitem(sys.modules, "fixtures.training")
+    monkeypatch.delitem(package.__dict__, "train_series", raising=False)
+    monkeypatch.delitem(sys.modules, "fixtures.training.series", raising=False)
+    monkeypatch.setattr(package, "train_series", lambda *a, **k: "patched")
+    from fixtures import training as again
+
+    assert again is package and fixtures.training is package
+    assert sys.modules["fixtures.training"] is package
+    assert again.train_series() == "patched"
