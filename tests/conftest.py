@@ -25,6 +25,23 @@ def _nested_runs_get_one_thread(monkeypatch):
             monkeypatch.setenv(name, "1")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _runs_cache_outside_the_checkout(tmp_path_factory):
+    """Every claim run a test starts without ``--cache-dir`` (pytester, a subprocess, a ``python
+    -m`` tool) caches under this session's temporary folder, through ``KPCA_CACHE``, which the
+    plugin and fixtures.cache read for their default: not in the checkout's ``.kpca-cache``,
+    which is the user's own cache (README command 1's). Before, the suite wrote 87 MB of
+    captures and metrics there and read back whatever a user's earlier runs had left. A test that
+    sets ``KPCA_CACHE`` itself (monkeypatch) still wins for its own duration."""
+    before = os.environ.get("KPCA_CACHE")
+    os.environ["KPCA_CACHE"] = str(tmp_path_factory.mktemp("kpca") / "cache")  # made on first use
+    yield
+    if before is None:
+        os.environ.pop("KPCA_CACHE", None)
+    else:
+        os.environ["KPCA_CACHE"] = before
+
+
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """A random-init vit_tiny_patch16_224 (seed 0) saved as safetensors: a user checkpoint for

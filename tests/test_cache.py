@@ -446,3 +446,20 @@ def test_two_model_names_of_the_same_weights_never_share_metric_entries(tmp_path
     assert set(second) == set(fresh)
     assert all(torch.equal(second[n], fresh[n]) for n in fresh)
     assert any(not torch.equal(first[n], second[n]) for n in fresh)  # the names do matter
+
+
+def test_the_test_session_caches_outside_the_checkout(tmp_path):
+    """tests/conftest.py: a tool or claim run a test starts without --cache-dir takes the
+    session's temporary cache (KPCA_CACHE), not the checkout's .kpca-cache (the user's own,
+    README command 1's)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    cache = Path(os.environ["KPCA_CACHE"])
+    assert cache.resolve() != root / ".kpca-cache" and root not in cache.resolve().parents
+    done = subprocess.run([sys.executable, "-m", "fixtures.cache", "info"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert str(cache) in done.stdout, done.stdout  # "no cache at …" or "…: N entries"
