@@ -167,7 +167,7 @@ def full_rank(r: torch.Tensor, tol: float) -> torch.Tensor:
     if bool(sure.all()):
         return sure
     rest = ~sure
-    s = la.svdvals(r[rest])                                    # [..., m], descending
+    s = la.svdvals(r[rest])                                              # [..., m], descending
     return sure.masked_scatter(rest, (s > tol * s[..., :1]).all(dim=-1))
 
 
