@@ -63,20 +63,22 @@ def _invariants(op: str, solved) -> torch.Tensor:
     return solved.S
 
 
+def _timed(fn, device: torch.device) -> tuple[float, object]:
+    """(wall seconds, result) of one call of ``fn()``, the device synchronised around it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    value = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0, value
+
+
 def _seconds(fn, device: torch.device, repeats: int) -> float:
-    """Median wall seconds of ``fn()`` over ``repeats`` runs after one warm-up, the device
-    synchronised around each run."""
+    """Median wall seconds of ``fn()`` over ``repeats`` runs after one warm-up."""
     fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+    times = sorted(_timed(fn, device)[0] for _ in range(repeats))
+    return times[len(times) // 2]
 
 
 def linalg_batching(device: torch.device, batch: int = BATCH, sizes=SIZES, ops=OPS,
@@ -97,9 +99,8 @@ def linalg_batching(device: torch.device, batch: int = BATCH, sizes=SIZES, ops=O
                 rows.append(_row(op, name, n, a, device, repeats))
                 if progress is not None:
                     progress(rows[-1])
-    order = {(op, name, n): i for i, (op, name, n) in enumerate(
-        (op, name, n) for op in ops for name in DTYPES for n in sizes)}
-    return sorted(rows, key=lambda r: order[(r["op"], r["dtype"], r["n"])])
+    return sorted(rows, key=lambda r: (ops.index(r["op"]), DTYPES.index(r["dtype"]),
+                                       sizes.index(r["n"])))
 
 
 def _row(op: str, name: str, n: int, a: torch.Tensor, device: torch.device,
@@ -108,16 +109,9 @@ def _row(op: str, name: str, n: int, a: torch.Tensor, device: torch.device,
     quarter = a[: batch // 4].contiguous()
     batched = _seconds(lambda: _solve(op, a), device, repeats) / batch
     small = _seconds(lambda: _solve(op, quarter), device, repeats) / len(quarter)
-    _solve(op, a[0])
-    singles = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    for m in a:
-        singles.append(_solve(op, m))
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    loop = (time.perf_counter() - t0) / batch
+    _solve(op, a[0])  # the single call's warm-up; the timed loop's results are the reference
+    seconds, singles = _timed(lambda: [_solve(op, m) for m in a], device)
+    loop = seconds / batch
     got = _invariants(op, _solve(op, a)).double().cpu()
     ref = torch.stack([_invariants(op, s) for s in singles]).double().cpu()
     tol = 1e-8 if a.dtype == torch.float64 else 1e-3
